@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): ADD+DEL cycles of a VF move on an emulated host.
+#
+#   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--json FILE]
+#                    [--samples DIR] [--check]
+#
+# Rows (ROWS is a comma-separated subset, default all three):
+#   ours        target/release/ib-sriov with its built-in IPAM (ib-sriov-ipam),
+#               on a host emulated by target/release/examples/emuhost
+#   hostdevice  Debian's containernetworking-plugins host-device + host-local
+#               doing the same move (a veth end stands in for the VF netdev)
+#   floor       the kernel floor: two netns moves with iproute2, no plugin
+#
+# Every row runs its whole cycle loop inside ONE `ip netns exec <host>`
+# (a small Python loop, Debian's /usr/bin/python3), so only the plugin (or ip)
+# processes are timed, all inside the host netns. Per cycle: wall = ADD's
+# spawn-to-reap time plus DEL's; CPU = user+sys of the plugin processes and
+# everything they waited for (host-device's host-local child included), from
+# wait4()'s rusage, to the microsecond (GNU time's %U/%S has 10 ms resolution
+# and bash's `times` 1 ms, too coarse for a few-ms plugin).
+# Medians over N cycles per row (env BENCH_CYCLES, default 30), run in
+# interleaved rounds (env BENCH_ROUNDS, default 3; each round starts with 3
+# warm-up cycles, env BENCH_WARMUP) so that load drift hits all rows alike.
+# --json writes the medians as JSON; --samples keeps the raw per-cycle
+# samples (ADD us, DEL us, CPU us) as DIR/<row>.samples.
+#
+# Targets printed beside the figures: ours' wall no worse than hostdevice's;
+# ours' CPU at most 0.3x hostdevice's. --check makes a missed target (or a
+# failed row) exit 1; otherwise the exit code only reports failed rows.
+#
+# Needs root. Installs missing Debian packages (iproute2, jq,
+# containernetworking-plugins, python3-minimal) with apt-get. Row "ours"
+# builds with `cargo build --release --bins --examples` first (skipped with
+# BENCH_SKIP_BUILD=1; IB_SRIOV_BIN and EMUHOST_BIN override the two paths).
+set -euo pipefail
+export LC_ALL=C
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+self="$repo/scripts/bench.sh"
+
+# ---------------------------------------------------------------------------
+# The timed loop: a small Python program (Debian's /usr/bin/python3) run as
+# `ip netns exec <host> python3 loop.py <row>`, parameters in BENCH_* env.
+# Each timed process is started with posix_spawn and reaped with wait4, whose
+# rusage gives its user+sys CPU (its waited-for children included) to the
+# microsecond; wall time is perf_counter around spawn+wait.
+# ---------------------------------------------------------------------------
+write_loop_py() {
+    cat >"$1" <<'PY'
+import os, sys, time
+
+row = sys.argv[1]
+env = os.environ
+n, w = int(env["BENCH_CYCLES"]), int(env["BENCH_WARMUP"])
+tmp, dev, pod, podns = env["BENCH_TMP"], env["BENCH_DEV"], env["BENCH_POD"], env["BENCH_PODNS"]
+out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+base = {k: v for k, v in env.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
+
+def argv_env(cmd, cycle):
+    cni = dict(base, CNI_COMMAND=cmd, CNI_CONTAINERID="bench-%d" % cycle, CNI_NETNS=podns,
+               CNI_IFNAME="net1", CNI_PATH="/usr/lib/cni")
+    if row == "ours":
+        cni["IB_SRIOV_SYSFS_ROOT"] = env["BENCH_SYSFS_ROOT"]
+        return [env["BENCH_OURS_BIN"]], cni, env["BENCH_CONF"]
+    if row == "hostdevice":
+        return ["/usr/lib/cni/host-device"], cni, env["BENCH_CONF"]
+    if cmd == "ADD":
+        return ["ip", "link", "set", dev, "netns", pod], base, os.devnull
+    return ["ip", "-n", pod, "link", "set", dev, "netns", env["BENCH_HOST"]], base, os.devnull
+
+def path_of(prog):
+    if "/" in prog:
+        return prog
+    for d in os.get_exec_path(base):
+        p = os.path.join(d, prog)
+        if os.access(p, os.X_OK):
+            return p
+    sys.exit("bench: %s not found" % prog)
+
+def run(cmd, cycle):
+    argv, e, stdin = argv_env(cmd, cycle)
+    exe = path_of(argv[0])
+    fa = [(os.POSIX_SPAWN_OPEN, 0, stdin, os.O_RDONLY, 0),
+          (os.POSIX_SPAWN_OPEN, 1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+          (os.POSIX_SPAWN_OPEN, 2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(exe, argv, e, file_actions=fa)
+    _, status, ru = os.wait4(pid, 0)
+    t1 = time.perf_counter_ns()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.stderr.write("bench: %s: %s of cycle %d failed (%s):\n" % (row, cmd, cycle, os.waitstatus_to_exitcode(status)))
+        for p in (out_path, err_path):
+            with open(p) as f:
+                sys.stderr.write(f.read())
+        sys.exit(1)
+    return (t1 - t0) / 1000.0, (ru.ru_utime + ru.ru_stime) * 1e6
+
+with open(os.path.join(tmp, row + ".samples"), "a") as samples:
+    for i in range(w + n):
+        add_us, add_cpu = run("ADD", i)
+        del_us, del_cpu = run("DEL", i)
+        if i >= w:
+            samples.write("%.1f %.1f %.1f\n" % (add_us, del_us, add_cpu + del_cpu))
+# The device must be back in the host netns (outside the timed window).
+if not os.path.exists("/sys/class/net/" + dev):
+    sys.exit("bench: %s: %s is not back in the host netns after the last DEL" % (row, dev))
+PY
+}
+
+# ---------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------
+usage() { sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//'; }
+
+rows="ours,hostdevice,floor"
+cycles="${BENCH_CYCLES:-30}"
+warmup="${BENCH_WARMUP:-3}"
+json_out=""
+samples_dir=""
+check=0
+while (($#)); do
+    case "$1" in
+    --only) rows="$2"; shift 2 ;;
+    --only=*) rows="${1#*=}"; shift ;;
+    --cycles) cycles="$2"; shift 2 ;;
+    --cycles=*) cycles="${1#*=}"; shift ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --warmup=*) warmup="${1#*=}"; shift ;;
+    --json) json_out="$2"; shift 2 ;;
+    --json=*) json_out="${1#*=}"; shift ;;
+    --samples) samples_dir="$2"; shift 2 ;;
+    --samples=*) samples_dir="${1#*=}"; shift ;;
+    --check) check=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+[[ "$cycles" =~ ^[1-9][0-9]*$ && "$warmup" =~ ^[0-9]+$ ]] || { echo "bench: bad --cycles/--warmup" >&2; exit 2; }
+want() { [[ ",$rows," == *",$1,"* ]]; }
+for r in ${rows//,/ }; do
+    case "$r" in ours | hostdevice | floor) ;; *) echo "bench: unknown row '$r' (ours, hostdevice, floor)" >&2; exit 2 ;; esac
+done
+
+if [[ "$(id -u)" != 0 ]]; then
+    echo "bench: needs root (network namespaces)" >&2
+    exit 1
+fi
+
+# Debian packages, installed when missing (python3 is Debian's, not a
+# pyenv/venv one, so that nothing but the standard library is relied on).
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v jq >/dev/null || need+=(jq)
+[[ -x /usr/bin/python3 ]] || need+=(python3-minimal)
+if want hostdevice && [[ ! -x /usr/lib/cni/host-device || ! -x /usr/lib/cni/host-local ]]; then
+    need+=(containernetworking-plugins)
+fi
+if ((${#need[@]})); then
+    echo "bench: installing ${need[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y --no-install-recommends "${need[@]}" >&2 ||
+        { apt-get update >&2 && apt-get install -y --no-install-recommends "${need[@]}" >&2; }
+fi
+
+python=/usr/bin/python3
+
+# Any CNI_* from the caller's environment would leak into the plugins.
+for v in $(compgen -v CNI_ || true); do unset "$v"; done
+unset IB_SRIOV_SYSFS_ROOT
+
+tmp="$(mktemp -d /tmp/ib-sriov-bench.XXXXXX)"
+prefix="bn$((RANDOM % 1000))"
+host="$prefix-host"
+pod="$prefix-pod"
+pod_ours="$prefix-podo"
+dev="${prefix}vf"
+peer="${prefix}pe"
+emu_root="$tmp/emu"
+emu_bin="${EMUHOST_BIN:-$repo/target/release/examples/emuhost}"
+ours_bin="${IB_SRIOV_BIN:-$repo/target/release/ib-sriov}"
+emu_made=0
+cleanup() {
+    set +e
+    ip netns del "$pod" 2>/dev/null
+    ip netns del "$pod_ours" 2>/dev/null
+    ip netns del "$host" 2>/dev/null
+    if ((emu_made)); then
+        "$emu_bin" destroy --prefix "$prefix" --root "$emu_root" >/dev/null 2>&1
+    fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+export BENCH_TMP="$tmp" BENCH_WARMUP="$warmup"
+ip netns add "$pod"
+write_loop_py "$tmp/loop.py"
+
+# Per-row setup: host netns, device, config.
+declare -A r_host=() r_dev=() r_conf=() r_pod=() ran=()
+failed_rows=()
+
+if want ours; then
+    if [[ "${BENCH_SKIP_BUILD:-0}" == 1 ]]; then
+        build() { true; }
+    else
+        echo "bench: building ib-sriov and the emuhost example (cargo build --release --bins --examples)" >&2
+        build() { (cd "$repo" && cargo build --release --bins --examples >&2); }
+    fi
+    if build &&
+        emu_made=1 && "$emu_bin" create --prefix "$prefix" --vfs 1 --root "$emu_root" >"$tmp/emu.json"; then
+        export BENCH_OURS_BIN="$ours_bin"
+        BENCH_SYSFS_ROOT="$(jq -r .root "$tmp/emu.json")"
+        export BENCH_SYSFS_ROOT
+        r_host[ours]="$(jq -r .host_netns "$tmp/emu.json")"
+        r_dev[ours]="$(jq -r '.vfs[0].netdev' "$tmp/emu.json")"
+        r_conf[ours]="$tmp/ours.json"
+        r_pod[ours]="$pod_ours"
+        ip netns add "$pod_ours"
+        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$tmp/ipam-ours" \
+            '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
+              ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}' >"${r_conf[ours]}"
+        echo "bench: ours: VF $(jq -r '.vfs[0].addr' "$tmp/emu.json"), netdev ${r_dev[ours]} in netns ${r_host[ours]}" >&2
+    else
+        echo "bench: ours: build or emulated host failed" >&2
+        failed_rows+=(ours)
+    fi
+fi
+
+if want hostdevice || want floor; then
+    ip netns add "$host"
+    ip -n "$host" link add "$dev" type veth peer name "$peer"
+    ip -n "$host" link set "$dev" up
+    ip -n "$host" link set "$peer" up
+    for r in hostdevice floor; do r_host[$r]="$host" r_dev[$r]="$dev" r_conf[$r]=/dev/null r_pod[$r]="$pod"; done
+    r_conf[hostdevice]="$tmp/hostdevice.json"
+    jq -n --arg dev "$dev" --arg ipam "$tmp/ipam-hd" \
+        '{cniVersion:"1.0.0",name:"bench",type:"host-device",device:$dev,
+          ipam:{type:"host-local",subnet:"10.77.0.0/24",dataDir:$ipam}}' >"${r_conf[hostdevice]}"
+    echo "bench: hostdevice/floor: veth $dev in netns $host, pod netns $pod" >&2
+fi
+
+run_row() { # run_row <row> <cycles>: one round of a row, samples appended
+    BENCH_CYCLES="$2" BENCH_HOST="${r_host[$1]}" BENCH_DEV="${r_dev[$1]}" BENCH_CONF="${r_conf[$1]}" \
+        BENCH_POD="${r_pod[$1]}" BENCH_PODNS="/var/run/netns/${r_pod[$1]}" \
+        ip netns exec "${r_host[$1]}" "$python" "$tmp/loop.py" "$1"
+}
+
+# Interleaved rounds (env BENCH_ROUNDS, default 3): every row runs its share
+# of the cycles in each round, each time after its warm-up, so that drifting
+# machine load affects all rows alike.
+rounds="${BENCH_ROUNDS:-3}"
+((rounds >= 1 && rounds <= cycles)) || rounds=1
+echo "bench: $cycles cycles per row in $rounds interleaved rounds, $warmup warm-up cycles per round" >&2
+for ((k = 0; k < rounds; k++)); do
+    share=$(((cycles * (k + 1)) / rounds - (cycles * k) / rounds))
+    for r in ours hostdevice floor; do
+        want "$r" && [[ -n "${r_host[$r]-}" ]] || continue
+        [[ " ${failed_rows[*]} " != *" $r "* ]] || continue
+        if run_row "$r" "$share"; then ran[$r]=1; else failed_rows+=("$r"); unset "ran[$r]"; fi
+    done
+done
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+declare -A wall add del cpu wmin
+median() { # median <column> <file>  (microseconds in, milliseconds out)
+    awk -v c="$1" '{print $c}' "$2" | sort -n | awk '{v[NR]=$1} END {
+        m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f", m / 1000 }'
+}
+for r in ours hostdevice floor; do
+    [[ -n "${ran[$r]-}" ]] || continue
+    f="$tmp/$r.samples"
+    awk '{print $1 + $2, $1, $2, $3}' "$f" >"$f.w"
+    wall[$r]=$(median 1 "$f.w")
+    add[$r]=$(median 2 "$f.w")
+    del[$r]=$(median 3 "$f.w")
+    cpu[$r]=$(median 4 "$f.w")
+    wmin[$r]=$(awk 'NR == 1 || $1 < m {m = $1} END {printf "%.2f", m / 1000}' "$f.w")
+    if [[ -n "$samples_dir" ]]; then
+        mkdir -p "$samples_dir"
+        cp "$f" "$samples_dir/$r.samples"
+    fi
+done
+
+declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-device + host-local"
+    [floor]="kernel floor: 2x ip link netns")
+echo
+echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
+printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
+for r in ours hostdevice floor; do
+    want "$r" || continue
+    if [[ -n "${ran[$r]-}" ]]; then
+        printf '%-34s %10s %10s %10s %10s %10s\n' "${label[$r]}" "${wall[$r]}" "${wmin[$r]}" "${add[$r]}" "${del[$r]}" "${cpu[$r]}"
+    else
+        printf '%-34s %10s\n' "${label[$r]}" "FAILED"
+    fi
+done
+echo
+
+missed=0
+if [[ -n "${ran[ours]-}" && -n "${ran[hostdevice]-}" ]]; then
+    verdict() { if awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; then echo met; else echo MISSED; fi; }
+    cpu_cap=$(awk -v c="${cpu[hostdevice]}" 'BEGIN {printf "%.2f", 0.3 * c}')
+    v1=$(verdict "${wall[ours]}" "${wall[hostdevice]}")
+    v2=$(verdict "${cpu[ours]}" "$cpu_cap")
+    [[ $v1 == met && $v2 == met ]] || missed=1
+    printf 'target: ours wall <= host-device wall:        %8s <= %8s ms  %s\n' "${wall[ours]}" "${wall[hostdevice]}" "$v1"
+    printf 'target: ours CPU  <= 0.3 x host-device CPU:   %8s <= %8s ms  %s\n' "${cpu[ours]}" "$cpu_cap" "$v2"
+else
+    echo "target: ours wall <= host-device wall:        n/a (needs rows ours and hostdevice)"
+    echo "target: ours CPU  <= 0.3 x host-device CPU:   n/a (needs rows ours and hostdevice)"
+fi
+if [[ -n "${ran[floor]-}" ]]; then
+    for r in ours hostdevice; do
+        [[ -n "${ran[$r]-}" ]] || continue
+        printf 'overhead over the kernel floor, %-12s %8s ms wall\n' "$r:" \
+            "$(awk -v a="${wall[$r]}" -v b="${wall[floor]}" 'BEGIN {printf "%.2f", a - b}')"
+    done
+fi
+
+if [[ -n "$json_out" ]]; then
+    {
+        for r in ours hostdevice floor; do
+            [[ -n "${ran[$r]-}" ]] || continue
+            jq -n --arg row "$r" --argjson wall "${wall[$r]}" --argjson min "${wmin[$r]}" --argjson add "${add[$r]}" \
+                --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" \
+                '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu}'
+        done
+    } | jq -s --argjson cycles "$cycles" --argjson warmup "$warmup" --argjson rounds "$rounds" --arg kernel "$(uname -r)" \
+        '{cycles:$cycles,rounds:$rounds,warmup_per_round:$warmup,kernel:$kernel,rows:.}' >"$json_out"
+fi
+
+if ((${#failed_rows[@]})); then
+    echo "bench: failed rows: ${failed_rows[*]}" >&2
+    exit 1
+fi
+if ((check && missed)); then
+    exit 1
+fi
+exit 0

@@ -1,0 +1,545 @@
+//! The network configuration of an `ib-sriov` attachment: the Go ib-sriov-cni's keys
+//! (k8snetworkplumbingwg/ib-sriov-cni `pkg/types/types.go`) plus this plugin's own
+//! (`logLevel`, `logFile`, `stateDir`), parsed and validated before the host is touched.
+//!
+//! Every key is documented in README.md, "Configuration reference".
+
+use crate::cni::{parse_version, CniError, CniOutput, Version};
+use crate::types::{Guid, LinkState, PciAddress};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Default directory of per-attachment journals and per-VF locks.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/ib-sriov";
+
+/// Default bound on waiting for a lock, in milliseconds.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 20_000;
+
+/// The `args.cni` key ib-kubernetes sets once it has configured the pod's GUID/pkey.
+pub const IB_K8S_APP_KEY: &str = "mellanox.infiniband.app";
+
+/// `runtimeConfig` as Multus/libcni fill it from the plugin's declared capabilities.
+#[derive(Debug, Default, Deserialize)]
+struct RawRuntimeConfig {
+    /// Capability `infinibandGUID`.
+    #[serde(rename = "infinibandGUID")]
+    infiniband_guid: Option<Value>,
+    /// Capability `deviceID` (Multus, from the device plugin).
+    #[serde(rename = "deviceID")]
+    device_id: Option<Value>,
+    /// Capability `CNIDeviceInfoFile` (Multus device-info spec).
+    #[serde(rename = "CNIDeviceInfoFile")]
+    device_info_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawConf {
+    #[serde(rename = "cniVersion")]
+    cni_version: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    plugin_type: Option<String>,
+    #[serde(rename = "deviceID")]
+    device_id: Option<Value>,
+    #[serde(rename = "pciBusID")]
+    pci_bus_id: Option<Value>,
+    guid: Option<Value>,
+    pkey: Option<Value>,
+    link_state: Option<Value>,
+    #[serde(rename = "rdmaIsolation")]
+    rdma_isolation: Option<Value>,
+    #[serde(rename = "ibKubernetesEnabled")]
+    ib_kubernetes_enabled: Option<Value>,
+    #[serde(rename = "vfioPciMode")]
+    vfio_pci_mode: Option<Value>,
+    #[serde(rename = "runtimeConfig", default)]
+    runtime_config: Option<RawRuntimeConfig>,
+    args: Option<Value>,
+    ipam: Option<Value>,
+    #[serde(rename = "logLevel")]
+    log_level: Option<String>,
+    #[serde(rename = "logFile")]
+    log_file: Option<String>,
+    #[serde(rename = "stateDir")]
+    state_dir: Option<String>,
+    #[serde(rename = "prevResult")]
+    prev_result: Option<Value>,
+    #[serde(rename = "lockTimeoutMs")]
+    lock_timeout_ms: Option<Value>,
+}
+
+/// Where the effective GUID came from (journaled and logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuidSource {
+    /// `runtimeConfig.infinibandGUID` (capability `infinibandGUID`).
+    RuntimeConfig,
+    /// `args.cni.guid` (ib-kubernetes' pod annotation, passed by Multus).
+    ArgsCni,
+    /// The top-level `guid` key (documented but ignored by the Go plugin).
+    TopLevel,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    /// `cniVersion`: the version results and errors are printed in.
+    pub cni_version: Version,
+    /// `name`: the network name (also the IPAM store's directory name).
+    pub name: String,
+    /// The VF's PCI address: `runtimeConfig.deviceID`, else `deviceID`, else `pciBusID`.
+    pub device_id: Option<PciAddress>,
+    /// The GUID to give the VF (node and port), by precedence; see [`GuidSource`].
+    pub guid: Option<(Guid, GuidSource)>,
+    /// `pkey` (e.g. `"0x8001"`): recorded and checked against the VF's pkey table;
+    /// ib-kubernetes programs it through the subnet manager.
+    pub pkey: Option<u16>,
+    /// `link_state`: `auto|enable|disable`; `None` leaves the VF's link state alone.
+    pub link_state: Option<LinkState>,
+    /// `rdmaIsolation`: `Some(true)` requires exclusive RDMA netns mode, `Some(false)`
+    /// never moves the RDMA device, `None` moves it when the mode is exclusive.
+    pub rdma_isolation: Option<bool>,
+    /// `ibKubernetesEnabled`: ADD waits (code 11) for ib-kubernetes' annotation.
+    pub ib_kubernetes_enabled: bool,
+    /// `args.cni["mellanox.infiniband.app"] == "configured"`.
+    pub ib_kubernetes_configured: bool,
+    /// `vfioPciMode`: `None` means "auto" (vfio mode when the VF is bound to vfio-pci).
+    pub vfio_pci_mode: Option<bool>,
+    /// `runtimeConfig.CNIDeviceInfoFile`: where to write the NPWG device-info file.
+    pub device_info_file: Option<PathBuf>,
+    /// `ipam` object, if any (validated by the IPAM layer).
+    pub ipam: Option<Value>,
+    /// `logLevel`: error|warn|info|debug|trace (default info).
+    pub log_level: log::LevelFilter,
+    /// `logFile`: append log records here; stderr when absent.
+    pub log_file: Option<PathBuf>,
+    /// `stateDir`: journals and VF locks (default [`DEFAULT_STATE_DIR`]).
+    pub state_dir: PathBuf,
+    /// `prevResult`, read in any supported version.
+    pub prev_result: Option<CniOutput>,
+    /// `lockTimeoutMs`: how long to wait for the per-VF and IPAM locks before giving up
+    /// with code 11 (default [`DEFAULT_LOCK_TIMEOUT_MS`]).
+    pub lock_timeout: std::time::Duration,
+    /// The whole configuration as received (forwarded to delegated plugins).
+    pub raw: Value,
+}
+
+/// Reads just `cniVersion` from stdin bytes, for error replies before full parsing.
+pub fn sniff_version(stdin: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(stdin)
+        .ok()?
+        .get("cniVersion")?
+        .as_str()
+        .map(str::to_string)
+}
+
+fn opt_bool(v: &Option<Value>, key: &str) -> Result<Option<bool>, CniError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(CniError::config(format!(
+            "{key} must be true or false, got {other}"
+        ))),
+    }
+}
+
+fn opt_str<'a>(v: &'a Option<Value>, key: &str) -> Result<Option<&'a str>, CniError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(CniError::config(format!(
+            "{key} must be a string, got {other}"
+        ))),
+    }
+}
+
+fn parse_guid(s: &str, key: &str) -> Result<Guid, CniError> {
+    let g: Guid = s
+        .parse()
+        .map_err(|e| CniError::config(format!("{key}: {e}")))?;
+    if !g.is_assignable() {
+        return Err(CniError::config(format!(
+            "{key}: GUID {g} cannot be assigned to a VF (all-zero and all-ones GUIDs are reserved)"
+        )));
+    }
+    Ok(g)
+}
+
+fn parse_pkey(s: &str) -> Result<u16, CniError> {
+    let hex = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    let v = if hex.is_empty() || hex.len() > 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        None
+    } else {
+        u16::from_str_radix(hex, 16).ok()
+    };
+    match v {
+        Some(p) if p & 0x7fff != 0 => Ok(p),
+        _ => Err(CniError::config(format!(
+            "pkey {s:?} is invalid: expected a 16-bit hex partition key like \"0x8001\" (base key not 0)"
+        ))),
+    }
+}
+
+fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "off" | "none" => log::LevelFilter::Off,
+        "error" | "panic" | "fatal" => log::LevelFilter::Error,
+        "warn" | "warning" => log::LevelFilter::Warn,
+        "info" => log::LevelFilter::Info,
+        "debug" => log::LevelFilter::Debug,
+        "trace" | "verbose" => log::LevelFilter::Trace,
+        _ => {
+            return Err(CniError::config(format!(
+                "logLevel {s:?} is invalid: expected error, warn, info, debug or trace"
+            )))
+        }
+    })
+}
+
+impl NetConf {
+    /// Parses and validates stdin.
+    ///
+    /// Errors: code 6 when stdin is not a JSON object; code 1 for an unsupported
+    /// `cniVersion`; code 7 for every invalid key, naming the key and the expected form.
+    pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
+        let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
+            CniError::new(
+                crate::cni::code::DECODE_FAILURE,
+                format!("cannot decode the network configuration on stdin: {e}"),
+            )
+        })?;
+        if !raw.is_object() {
+            return Err(CniError::new(
+                crate::cni::code::DECODE_FAILURE,
+                "the network configuration on stdin is not a JSON object",
+            ));
+        }
+        let rc: RawConf = serde_json::from_value(raw.clone())
+            .map_err(|e| CniError::config(format!("invalid network configuration: {e}")))?;
+        let ver = rc
+            .cni_version
+            .as_deref()
+            .ok_or_else(|| CniError::config("cniVersion is missing"))?;
+        let cni_version = parse_version(ver)?;
+        let name = rc
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| CniError::config("name is missing"))?;
+        if rc.plugin_type.as_deref().unwrap_or("").is_empty() {
+            return Err(CniError::config("type is missing"));
+        }
+        let rt = rc.runtime_config.unwrap_or_default();
+
+        // deviceID: runtimeConfig.deviceID (capability), deviceID, pciBusID.
+        let mut device_id = None;
+        for (val, key) in [
+            (&rt.device_id, "runtimeConfig.deviceID"),
+            (&rc.device_id, "deviceID"),
+            (&rc.pci_bus_id, "pciBusID"),
+        ] {
+            if let Some(s) = opt_str(val, key)? {
+                let addr: PciAddress = s
+                    .parse()
+                    .map_err(|e| CniError::config(format!("{key}: {e}")))?;
+                match device_id {
+                    None => device_id = Some(addr),
+                    Some(prev) if prev != addr => log::warn!(
+                        "{key} {addr} differs from the higher-precedence device {prev}; using {prev}"
+                    ),
+                    _ => {}
+                }
+            }
+        }
+
+        // args.cni: values of any JSON type; only `guid` and the ib-kubernetes key are read.
+        let args_cni = rc
+            .args
+            .as_ref()
+            .and_then(|a| a.get("cni"))
+            .and_then(Value::as_object);
+        let args_guid = args_cni.and_then(|m| m.get("guid")).cloned();
+        let ib_kubernetes_configured = args_cni
+            .and_then(|m| m.get(IB_K8S_APP_KEY))
+            .and_then(Value::as_str)
+            == Some("configured");
+
+        let mut guid = None;
+        for (val, key, src) in [
+            (
+                &rt.infiniband_guid,
+                "runtimeConfig.infinibandGUID",
+                GuidSource::RuntimeConfig,
+            ),
+            (&args_guid, "args.cni.guid", GuidSource::ArgsCni),
+            (&rc.guid, "guid", GuidSource::TopLevel),
+        ] {
+            if let Some(s) = opt_str(val, key)? {
+                let g = parse_guid(s, key)?;
+                if guid.is_none() {
+                    guid = Some((g, src));
+                }
+            }
+        }
+
+        let pkey = opt_str(&rc.pkey, "pkey")?.map(parse_pkey).transpose()?;
+        let link_state = opt_str(&rc.link_state, "link_state")?
+            .map(|s| s.parse::<LinkState>().map_err(CniError::config))
+            .transpose()?;
+        let rdma_isolation = opt_bool(&rc.rdma_isolation, "rdmaIsolation")?;
+        let ib_kubernetes_enabled =
+            opt_bool(&rc.ib_kubernetes_enabled, "ibKubernetesEnabled")?.unwrap_or(false);
+        let vfio_pci_mode = opt_bool(&rc.vfio_pci_mode, "vfioPciMode")?;
+
+        let ipam = match rc.ipam {
+            None | Some(Value::Null) => None,
+            Some(v @ Value::Object(_)) => {
+                match v.get("type").and_then(Value::as_str) {
+                    Some(t) if !t.is_empty() => {}
+                    _ => return Err(CniError::config("ipam.type is missing")),
+                }
+                Some(v)
+            }
+            Some(other) => {
+                return Err(CniError::config(format!(
+                    "ipam must be an object, got {other}"
+                )))
+            }
+        };
+        let log_level = rc
+            .log_level
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(parse_level)
+            .transpose()?
+            .unwrap_or(log::LevelFilter::Info);
+        let abs_path = |s: Option<&str>, key: &str| -> Result<Option<PathBuf>, CniError> {
+            match s.filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(p) if p.starts_with('/') && !p.contains('\0') => Ok(Some(PathBuf::from(p))),
+                Some(p) => Err(CniError::config(format!(
+                    "{key} {p:?} must be an absolute path"
+                ))),
+            }
+        };
+        let log_file = abs_path(rc.log_file.as_deref(), "logFile")?;
+        let state_dir = abs_path(rc.state_dir.as_deref(), "stateDir")?
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        let device_info_file = abs_path(
+            rt.device_info_file.as_deref(),
+            "runtimeConfig.CNIDeviceInfoFile",
+        )?;
+        let prev_result = rc
+            .prev_result
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .map(CniOutput::from_json)
+            .transpose()?;
+
+        let lock_timeout = match &rc.lock_timeout_ms {
+            None | Some(Value::Null) => DEFAULT_LOCK_TIMEOUT_MS,
+            Some(v) => match v.as_u64() {
+                Some(ms) if (1..=600_000).contains(&ms) => ms,
+                _ => {
+                    return Err(CniError::config(format!(
+                        "lockTimeoutMs must be an integer from 1 to 600000, got {v}"
+                    )))
+                }
+            },
+        };
+        Ok(NetConf {
+            lock_timeout: std::time::Duration::from_millis(lock_timeout),
+            cni_version,
+            name,
+            device_id,
+            guid,
+            pkey,
+            link_state,
+            rdma_isolation,
+            ib_kubernetes_enabled,
+            ib_kubernetes_configured,
+            vfio_pci_mode,
+            device_info_file,
+            ipam,
+            log_level,
+            log_file,
+            state_dir,
+            prev_result,
+            raw,
+        })
+    }
+
+    /// The ADD-time checks that need no host access: a device is named, and with
+    /// `ibKubernetesEnabled` the pod has been configured by ib-kubernetes and carries a GUID.
+    ///
+    /// Errors: code 7 without a device; code 11 (kubelet retries) while ib-kubernetes
+    /// has not annotated the pod yet.
+    pub fn validate_for_add(&self) -> Result<PciAddress, CniError> {
+        let dev = self.device_id.ok_or_else(|| {
+            CniError::config(
+                "no VF given: set deviceID (Multus fills it from the SR-IOV device plugin), pciBusID or runtimeConfig.deviceID",
+            )
+        })?;
+        if self.ib_kubernetes_enabled {
+            if !self.ib_kubernetes_configured {
+                return Err(CniError::try_later(format!(
+                    "ibKubernetesEnabled is set but args.cni[\"{IB_K8S_APP_KEY}\"] is not \"configured\": ib-kubernetes has not configured this pod yet"
+                )));
+            }
+            if self.guid.is_none() {
+                return Err(CniError::try_later(
+                    "ibKubernetesEnabled is set but no GUID was given (runtimeConfig.infinibandGUID or args.cni.guid): ib-kubernetes has not assigned one yet",
+                ));
+            }
+        }
+        Ok(dev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<NetConf, CniError> {
+        NetConf::parse(v.to_string().as_bytes())
+    }
+
+    fn base() -> Value {
+        json!({"cniVersion": "1.0.0", "name": "ibnet", "type": "ib-sriov", "deviceID": "0000:af:00.2"})
+    }
+
+    #[test]
+    fn minimal_config() {
+        let c = parse(base()).unwrap();
+        assert_eq!(c.cni_version, Version::V1_0_0);
+        assert_eq!(c.device_id.unwrap().to_string(), "0000:af:00.2");
+        assert_eq!(c.guid, None);
+        assert_eq!(c.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+        assert_eq!(c.log_level, log::LevelFilter::Info);
+    }
+
+    #[test]
+    fn guid_precedence_runtime_then_args_then_top_level() {
+        let mut v = base();
+        v["guid"] = json!("00:00:00:00:00:00:00:03");
+        v["args"] = json!({"cni": {"guid": "00:00:00:00:00:00:00:02", "other": 5, "list": [1]}});
+        v["runtimeConfig"] = json!({"infinibandGUID": "00:00:00:00:00:00:00:01"});
+        let c = parse(v.clone()).unwrap();
+        assert_eq!(c.guid.unwrap().0.to_string(), "00:00:00:00:00:00:00:01");
+        assert_eq!(c.guid.unwrap().1, GuidSource::RuntimeConfig);
+        v["runtimeConfig"] = json!({});
+        assert_eq!(parse(v.clone()).unwrap().guid.unwrap().1, GuidSource::ArgsCni);
+        v["args"] = json!({"cni": {"x": {"nested": true}}});
+        let c = parse(v).unwrap();
+        assert_eq!(c.guid.unwrap().1, GuidSource::TopLevel);
+        assert_eq!(c.guid.unwrap().0.to_string(), "00:00:00:00:00:00:00:03");
+    }
+
+    #[test]
+    fn invalid_guids_are_code_7() {
+        for (k, g) in [
+            ("guid", json!("00:00:00:00:00:00:00:00")),
+            ("guid", json!("zz")),
+            ("guid", json!(17)),
+        ] {
+            let mut v = base();
+            v[k] = g;
+            assert_eq!(parse(v).unwrap_err().code, 7);
+        }
+        let mut v = base();
+        v["args"] = json!({"cni": {"guid": 5}});
+        assert_eq!(parse(v).unwrap_err().code, 7);
+        let mut v = base();
+        v["runtimeConfig"] = json!({"infinibandGUID": "ff:ff:ff:ff:ff:ff:ff:ff"});
+        assert_eq!(parse(v).unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn device_id_sources() {
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("deviceID");
+        v["pciBusID"] = json!("af:00.3");
+        assert_eq!(parse(v.clone()).unwrap().device_id.unwrap().to_string(), "0000:af:00.3");
+        v["runtimeConfig"] = json!({"deviceID": "0000:af:00.4"});
+        assert_eq!(parse(v).unwrap().device_id.unwrap().to_string(), "0000:af:00.4");
+        let mut v = base();
+        v["deviceID"] = json!("garbage");
+        let e = parse(v).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("deviceID"), "{}", e.msg);
+    }
+
+    #[test]
+    fn link_state_pkey_bools() {
+        let mut v = base();
+        v["link_state"] = json!("enable");
+        v["pkey"] = json!("0x8001");
+        v["rdmaIsolation"] = json!(true);
+        v["vfioPciMode"] = json!(false);
+        let c = parse(v).unwrap();
+        assert_eq!(c.link_state, Some(LinkState::Enable));
+        assert_eq!(c.pkey, Some(0x8001));
+        assert_eq!(c.rdma_isolation, Some(true));
+        assert_eq!(c.vfio_pci_mode, Some(false));
+        for (k, bad) in [
+            ("link_state", json!("up")),
+            ("pkey", json!("0x10000")),
+            ("pkey", json!("0x8000")),
+            ("pkey", json!("xyz")),
+            ("rdmaIsolation", json!("true")),
+            ("ibKubernetesEnabled", json!(1)),
+            ("logLevel", json!("loud")),
+            ("logFile", json!("relative.log")),
+            ("stateDir", json!("state")),
+            ("ipam", json!("host-local")),
+            ("ipam", json!({"subnet": "10.0.0.0/24"})),
+            ("lockTimeoutMs", json!(0)),
+            ("lockTimeoutMs", json!("5")),
+        ] {
+            let mut v = base();
+            v[k] = bad.clone();
+            let e = parse(v).unwrap_err();
+            assert_eq!(e.code, 7, "{k}={bad}");
+        }
+    }
+
+    #[test]
+    fn decode_and_version_errors() {
+        assert_eq!(NetConf::parse(b"{not json").unwrap_err().code, 6);
+        assert_eq!(NetConf::parse(b"[1]").unwrap_err().code, 6);
+        let mut v = base();
+        v["cniVersion"] = json!("0.2.0");
+        assert_eq!(parse(v).unwrap_err().code, 1);
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("name");
+        assert_eq!(parse(v).unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn accepts_capabilities_and_prev_result() {
+        let mut v = base();
+        v["capabilities"] = json!({"infinibandGUID": true, "deviceID": true});
+        v["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]});
+        let c = parse(v).unwrap();
+        assert_eq!(c.prev_result.unwrap().ips.len(), 1);
+    }
+
+    #[test]
+    fn ib_kubernetes_gating_is_code_11() {
+        let mut v = base();
+        v["ibKubernetesEnabled"] = json!(true);
+        assert_eq!(parse(v.clone()).unwrap().validate_for_add().unwrap_err().code, 11);
+        v["args"] = json!({"cni": {"mellanox.infiniband.app": "configured"}});
+        assert_eq!(parse(v.clone()).unwrap().validate_for_add().unwrap_err().code, 11);
+        v["args"]["cni"]["guid"] = json!("02:00:00:00:00:00:00:07");
+        parse(v).unwrap().validate_for_add().unwrap();
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("deviceID");
+        assert_eq!(parse(v).unwrap().validate_for_add().unwrap_err().code, 7);
+    }
+}

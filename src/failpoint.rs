@@ -1,0 +1,48 @@
+//! Named fail points for fault-injection tests (cargo feature `failpoints`; compiled out
+//! of normal builds, where [`hit`] is an empty inline function).
+//!
+//! With the feature, `IB_SRIOV_FAILPOINTS="add.move=error,del.guid=kill"` makes the named
+//! point return an error (`error`) or kill the process with SIGKILL (`kill`), so tests
+//! can check the rollback of every step and the recovery after a crash at every step.
+
+use crate::cni::CniError;
+
+/// Environment variable listing active fail points: `name=action[,name=action...]`.
+pub const FAILPOINTS_ENV: &str = "IB_SRIOV_FAILPOINTS";
+
+/// Evaluates fail point `name`: `Err` when it is set to `error`; never returns when it is
+/// set to `kill`; `Ok(())` otherwise (always, without the `failpoints` feature).
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) -> Result<(), CniError> {
+    let Ok(spec) = std::env::var(FAILPOINTS_ENV) else {
+        return Ok(());
+    };
+    for item in spec.split(',') {
+        if let Some((n, action)) = item.split_once('=') {
+            if n == name {
+                match action {
+                    "error" => {
+                        return Err(CniError::host(format!("injected failure at fail point {name}")))
+                    }
+                    "kill" => {
+                        log::warn!("fail point {name}: killing the process");
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::getpid(),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                        std::process::abort();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Without the `failpoints` feature fail points do nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) -> Result<(), CniError> {
+    Ok(())
+}

@@ -1,0 +1,378 @@
+//! Parsing and validation of the `ipam` object: host-local's schema
+//! (plugins/ipam/host-local/backend/allocator/config.go `IPAMConfig`,
+//! `LoadIPAMConfig`).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ipnetwork::IpNetwork;
+use serde::Deserialize;
+
+use super::disk::DEFAULT_DATA_DIR;
+use super::error::IpamError;
+use super::range::{parse_cidr, parse_ip, Range};
+use super::range_set::RangeSet;
+
+/// One range object as written in JSON (`{subnet, rangeStart, rangeEnd,
+/// gateway}`); unknown keys are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRange {
+    subnet: Option<String>,
+    range_start: Option<String>,
+    range_end: Option<String>,
+    gateway: Option<String>,
+}
+
+/// One route object (`{dst, gw}`); unknown keys (mtu, priority, ...) are
+/// ignored.
+#[derive(Debug, Deserialize)]
+struct RawRoute {
+    dst: Option<String>,
+    gw: Option<String>,
+}
+
+/// The `ipam` object as written in JSON.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawIpam {
+    #[serde(rename = "type")]
+    ipam_type: Option<String>,
+    #[serde(flatten)]
+    legacy: RawRange,
+    ranges: Option<Vec<Vec<RawRange>>>,
+    routes: Option<Vec<RawRoute>>,
+    data_dir: Option<String>,
+}
+
+/// A route returned with every allocation (CNI `types.Route`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Destination network, as written (host bits are kept, like Go's
+    /// `types.ParseCIDR`).
+    pub dst: IpNetwork,
+    /// Next hop; `None` means "the interface's gateway / on-link" as the
+    /// consumer decides.
+    pub gw: Option<IpAddr>,
+}
+
+/// The parsed, validated and normalised `ipam` configuration.
+///
+/// `ranges[i]` is range set `i`: an attachment gets one address from each,
+/// and `last_reserved_ip.<i>` is its round-robin cursor on disk. A legacy
+/// top-level `subnet` becomes range set 0, before the `ranges` entries
+/// (host-local `LoadIPAMConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpamConfig {
+    /// The `type` key as written (the caller dispatches on it; this module
+    /// does not insist on [`super::BUILTIN_TYPE`]). Empty when absent.
+    pub ipam_type: String,
+    /// The range sets, non-empty, validated, non-overlapping.
+    pub ranges: Vec<RangeSet>,
+    /// Routes to return with each allocation, in configuration order.
+    pub routes: Vec<RouteConfig>,
+    /// `dataDir`, default `/var/lib/cni/networks` (also when `""`).
+    pub data_dir: PathBuf,
+}
+
+fn invalid(msg: String) -> IpamError {
+    IpamError::InvalidConfig(msg)
+}
+
+fn range_from_raw(raw: &RawRange) -> Result<Range, String> {
+    let subnet = raw
+        .subnet
+        .as_deref()
+        .ok_or_else(|| "range has no \"subnet\"".to_string())?;
+    Range::new(
+        subnet,
+        raw.range_start.as_deref(),
+        raw.range_end.as_deref(),
+        raw.gateway.as_deref(),
+    )
+}
+
+impl IpamConfig {
+    /// Parse and validate the `ipam` object of a network config.
+    ///
+    /// Accepts host-local's keys: `type`, `ranges` (a list of range sets,
+    /// each a list of `{subnet, rangeStart, rangeEnd, gateway}`), the legacy
+    /// top-level `subnet`/`rangeStart`/`rangeEnd`/`gateway` (one range set,
+    /// prepended to `ranges`, only considered when `subnet` is present, as in
+    /// host-local), `routes` (`[{dst, gw}]`) and `dataDir`. Unknown keys are
+    /// ignored. IPv4 and IPv6.
+    ///
+    /// Errors ([`IpamError::InvalidConfig`], messages follow host-local's
+    /// config.go/range.go/range_set.go wording and name the offending value):
+    /// not a JSON object or wrong JSON types; `"no IP ranges specified"`;
+    /// `"invalid range set <i>: ..."` for a bad subnet (unparsable, host bits
+    /// set, too small), a `rangeStart`/`rangeEnd`/`gateway` outside its
+    /// subnet (host-local does not check the gateway; we do),
+    /// `rangeStart > rangeEnd` (host-local reports it as "not in network"),
+    /// mixed families or overlapping ranges within the set;
+    /// `"range set <i> (...) overlaps with range set <j> (...)"`;
+    /// `"route <i>: ..."` for a missing/invalid `dst` or invalid `gw`.
+    pub fn from_json(ipam: &serde_json::Value) -> Result<IpamConfig, IpamError> {
+        if !ipam.is_object() {
+            return Err(invalid(format!("\"ipam\" must be a JSON object, got {ipam}")));
+        }
+        let raw: RawIpam = serde_json::from_value(ipam.clone())
+            .map_err(|e| invalid(format!("cannot parse \"ipam\": {e}")))?;
+
+        let mut raw_sets: Vec<Vec<RawRange>> = Vec::new();
+        if raw.legacy.subnet.as_deref().is_some_and(|s| !s.is_empty()) {
+            raw_sets.push(vec![raw.legacy]);
+        } else if raw.legacy.range_start.is_some()
+            || raw.legacy.range_end.is_some()
+            || raw.legacy.gateway.is_some()
+        {
+            log::warn!(
+                "ipam: top-level rangeStart/rangeEnd/gateway ignored without a top-level subnet (as host-local does)"
+            );
+        }
+        raw_sets.extend(raw.ranges.unwrap_or_default());
+        if raw_sets.is_empty() {
+            return Err(invalid("no IP ranges specified".to_string()));
+        }
+
+        let mut ranges = Vec::with_capacity(raw_sets.len());
+        for (i, raw_set) in raw_sets.iter().enumerate() {
+            let set = raw_set
+                .iter()
+                .map(range_from_raw)
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(RangeSet::new)
+                .map_err(|e| invalid(format!("invalid range set {i}: {e}")))?;
+            ranges.push(set);
+        }
+        for (i, a) in ranges.iter().enumerate() {
+            for (j, b) in ranges.iter().enumerate().skip(i + 1) {
+                if a.overlaps(b) {
+                    return Err(invalid(format!(
+                        "range set {i} ({a}) overlaps with range set {j} ({b})"
+                    )));
+                }
+            }
+        }
+
+        let mut routes = Vec::new();
+        for (i, r) in raw.routes.unwrap_or_default().iter().enumerate() {
+            let dst = r
+                .dst
+                .as_deref()
+                .ok_or_else(|| invalid(format!("route {i}: missing \"dst\"")))?;
+            let dst = parse_cidr("dst", dst).map_err(|e| invalid(format!("route {i}: {e}")))?;
+            let gw = match r.gw.as_deref().filter(|g| !g.trim().is_empty()) {
+                Some(g) => Some(parse_ip("gw", g).map_err(|e| invalid(format!("route {i}: {e}")))?),
+                None => None,
+            };
+            routes.push(RouteConfig { dst, gw });
+        }
+
+        let data_dir = match raw.data_dir.as_deref() {
+            None | Some("") => PathBuf::from(DEFAULT_DATA_DIR),
+            Some(d) if d.contains('\0') => {
+                return Err(invalid(format!("dataDir {d:?} contains NUL")));
+            }
+            Some(d) => PathBuf::from(d),
+        };
+
+        Ok(IpamConfig {
+            ipam_type: raw.ipam_type.unwrap_or_default(),
+            ranges,
+            routes,
+            data_dir,
+        })
+    }
+
+    /// The data directory (`dataDir`); network directories live below it.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        match IpamConfig::from_json(&v) {
+            Err(IpamError::InvalidConfig(m)) => m,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_old_style_config() {
+        // config_test.go "Should parse an old-style config"
+        let c = IpamConfig::from_json(&json!({
+            "type": "ib-sriov-ipam",
+            "subnet": "10.1.2.0/24",
+            "rangeStart": "10.1.2.9",
+            "rangeEnd": "10.1.2.20",
+            "gateway": "10.1.2.30",
+            "somethingElse": {"ignored": true}
+        }))
+        .unwrap();
+        assert_eq!(c.ipam_type, "ib-sriov-ipam");
+        assert_eq!(c.ranges.len(), 1);
+        let r = &c.ranges[0].ranges[0];
+        assert_eq!(r.subnet.to_string(), "10.1.2.0/24");
+        assert_eq!(r.range_start, ip("10.1.2.9"));
+        assert_eq!(r.range_end, ip("10.1.2.20"));
+        assert_eq!(r.gateway, ip("10.1.2.30"));
+        assert_eq!(c.data_dir(), Path::new("/var/lib/cni/networks"));
+        assert!(c.routes.is_empty());
+    }
+
+    #[test]
+    fn parses_new_style_config_with_defaults() {
+        // config_test.go "Should parse a new-style config"
+        let c = IpamConfig::from_json(&json!({
+            "type": "ib-sriov-ipam",
+            "ranges": [
+                [
+                    {"subnet": "10.1.2.0/24", "rangeStart": "10.1.2.9",
+                     "rangeEnd": "10.1.2.20", "gateway": "10.1.2.30"},
+                    {"subnet": "10.1.4.0/24"}
+                ],
+                [{"subnet": "11.1.2.0/24", "rangeStart": "11.1.2.9",
+                  "rangeEnd": "11.1.2.20", "gateway": "11.1.2.30"}]
+            ],
+            "dataDir": "/run/my-ipam"
+        }))
+        .unwrap();
+        assert_eq!(c.ranges.len(), 2);
+        let second = &c.ranges[0].ranges[1];
+        assert_eq!(second.range_start, ip("10.1.4.1"));
+        assert_eq!(second.range_end, ip("10.1.4.254"));
+        assert_eq!(second.gateway, ip("10.1.4.1"));
+        assert_eq!(c.ranges[1].ranges[0].range_end, ip("11.1.2.20"));
+        assert_eq!(c.data_dir(), Path::new("/run/my-ipam"));
+    }
+
+    #[test]
+    fn legacy_range_is_prepended_and_empty_data_dir_defaults() {
+        let c = IpamConfig::from_json(&json!({
+            "subnet": "10.0.0.0/24",
+            "ranges": [[{"subnet": "2001:db8::/64"}]],
+            "dataDir": ""
+        }))
+        .unwrap();
+        assert!(c.ranges[0].is_ipv4());
+        assert!(!c.ranges[1].is_ipv4());
+        assert_eq!(c.ranges[1].ranges[0].range_end, ip("2001:db8::ffff:ffff:ffff:ffff"));
+        assert_eq!(c.data_dir(), Path::new(DEFAULT_DATA_DIR));
+        assert_eq!(c.ipam_type, "");
+    }
+
+    #[test]
+    fn parses_ipv6_and_routes() {
+        let c = IpamConfig::from_json(&json!({
+            "type": "ib-sriov-ipam",
+            "ranges": [[{"subnet": "fd00:1::/120", "rangeStart": "fd00:1::10",
+                         "rangeEnd": "fd00:1::20", "gateway": "fd00:1::fe"}]],
+            "routes": [
+                {"dst": "0.0.0.0/0"},
+                {"dst": "192.168.0.0/16", "gw": "10.1.2.1", "priority": 5},
+                {"dst": "::/0", "gw": "fd00:1::fe"}
+            ]
+        }))
+        .unwrap();
+        let r = &c.ranges[0].ranges[0];
+        assert_eq!(r.gateway, ip("fd00:1::fe"));
+        assert_eq!(c.routes.len(), 3);
+        assert_eq!(c.routes[0].dst.to_string(), "0.0.0.0/0");
+        assert_eq!(c.routes[0].gw, None);
+        assert_eq!(c.routes[1].gw, Some(ip("10.1.2.1")));
+        assert_eq!(c.routes[2].dst.to_string(), "::/0");
+    }
+
+    #[test]
+    fn rejects_missing_ranges() {
+        assert_eq!(err(json!({"type": "ib-sriov-ipam"})), "no IP ranges specified");
+        assert_eq!(err(json!({"ranges": []})), "no IP ranges specified");
+        assert_eq!(
+            err(json!({"ranges": [[]]})),
+            "invalid range set 0: empty range set"
+        );
+        assert!(err(json!({"ranges": [[{"rangeStart": "10.0.0.1"}]]})).contains("no \"subnet\""));
+        assert!(err(json!("nope")).contains("must be a JSON object"));
+        assert!(err(json!({"ranges": "10.0.0.0/24"})).starts_with("cannot parse \"ipam\""));
+    }
+
+    #[test]
+    fn rejects_bad_ranges_naming_the_value() {
+        assert_eq!(
+            err(json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.5/24"}]]})),
+            "invalid range set 1: Network has host bits set. For a subnet mask of length 24 the network address is 10.0.0.0"
+        );
+        assert_eq!(
+            err(json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.1"})),
+            "invalid range set 0: rangeStart 10.0.1.1 not in network 10.0.0.0/24"
+        );
+        assert_eq!(
+            err(json!({"subnet": "10.0.0.0/24", "gateway": "10.0.1.1"})),
+            "invalid range set 0: gateway 10.0.1.1 not in network 10.0.0.0/24"
+        );
+        assert_eq!(
+            err(json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.8"})),
+            "invalid range set 0: rangeStart 10.0.0.9 is after rangeEnd 10.0.0.8 in network 10.0.0.0/24"
+        );
+        assert_eq!(
+            err(json!({"subnet": "10.0.0.0/31"})),
+            "invalid range set 0: Network 10.0.0.0/31 too small to allocate from"
+        );
+    }
+
+    #[test]
+    fn rejects_overlap_within_and_across_sets() {
+        // config_test.go "Should detect overlap within rangeset"
+        assert_eq!(
+            err(json!({"ranges": [[{"subnet": "10.1.0.0/22"}, {"subnet": "10.1.2.0/24"}]]})),
+            "invalid range set 0: subnets 10.1.0.1-10.1.3.254 and 10.1.2.1-10.1.2.254 overlap"
+        );
+        // config_test.go "Should detect overlap between rangesets"
+        assert_eq!(
+            err(json!({"ranges": [
+                [{"subnet": "10.1.0.0/24"}, {"subnet": "10.2.0.0/24"}],
+                [{"subnet": "10.3.0.0/24"}, {"subnet": "10.4.0.0/24"}],
+                [{"subnet": "10.1.0.0/24"}]
+            ]})),
+            "range set 0 (10.1.0.1-10.1.0.254,10.2.0.1-10.2.0.254) overlaps with range set 2 (10.1.0.1-10.1.0.254)"
+        );
+        // The legacy subnet is range set 0.
+        assert!(err(json!({"subnet": "10.0.0.0/24", "ranges": [[{"subnet": "10.0.0.0/25"}]]}))
+            .starts_with("range set 0 (10.0.0.1-10.0.0.254) overlaps with range set 1"));
+        // Same subnet, disjoint ranges: fine.
+        IpamConfig::from_json(&json!({"ranges": [
+            [{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.0.127"}],
+            [{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.128"}]
+        ]}))
+        .unwrap();
+    }
+
+    #[test]
+    fn rejects_mixed_families_in_a_set() {
+        // config_test.go "should error on rangesets with different families"
+        assert!(err(json!({"ranges": [[{"subnet": "192.168.0.0/24"}, {"subnet": "fd00::/64"}]]}))
+            .starts_with("invalid range set 0: mixed address families"));
+    }
+
+    #[test]
+    fn rejects_bad_routes() {
+        let base = |routes: serde_json::Value| json!({"subnet": "10.0.0.0/24", "routes": routes});
+        assert_eq!(err(base(json!([{"gw": "10.0.0.1"}]))), "route 0: missing \"dst\"");
+        assert!(err(base(json!([{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0"}])))
+            .starts_with("route 1: dst \"10.9.0.0\" is not in CIDR notation"));
+        assert_eq!(
+            err(base(json!([{"dst": "0.0.0.0/0", "gw": "x"}]))),
+            "route 0: gw \"x\" is not an IP address"
+        );
+    }
+}

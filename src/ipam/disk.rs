@@ -1,0 +1,360 @@
+//! The on-disk store, byte-compatible with host-local's
+//! (plugins/ipam/host-local/backend/disk/backend.go):
+//!
+//! ```text
+//! <dataDir>/<network>/                 directory, mode 0755 (os.MkdirAll)
+//! <dataDir>/<network>/lock             flock'ed lock file (see lock.rs)
+//! <dataDir>/<network>/<ip>             one per allocated address, O_EXCL, mode 0600,
+//!                                      content "<containerID>\r\n<ifname>" (no final newline)
+//! <dataDir>/<network>/last_reserved_ip.<rangeset index>
+//!                                      content "<ip>" (no newline), mode 0600
+//! ```
+//!
+//! `<ip>` is Go's `net.IP.String()`: dotted quad for IPv4, RFC 5952 for IPv6,
+//! which is what Rust's `Display` prints for the addresses we hand out.
+//! Callers hold the lock (see [`super::lock`]) around every method here.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::error::IpamError;
+use super::lock::{FileLock, LockMode};
+use super::range::canonical_ip;
+
+/// host-local's default `dataDir` (backend.go `defaultDataDir`).
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+
+/// Prefix of the round-robin cursor files (backend.go `lastIPFilePrefix`).
+pub const LAST_IP_FILE_PREFIX: &str = "last_reserved_ip.";
+
+/// Separator between container ID and interface name in a per-IP file
+/// (backend.go `LineBreak`).
+pub const LINE_BREAK: &str = "\r\n";
+
+/// One per-IP file as read back from disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The address (the file name, canonicalized).
+    pub ip: IpAddr,
+    /// The container ID: the whitespace-trimmed content up to `\r\n`, or the
+    /// whole trimmed content for legacy files (written by host-local before it
+    /// recorded interface names).
+    pub container_id: String,
+    /// The interface name after `\r\n`; empty for legacy files.
+    pub ifname: String,
+    /// The whitespace-trimmed content, which host-local matches against.
+    pub content: String,
+}
+
+impl Record {
+    /// host-local's exact match: trimmed content ==
+    /// `TrimSpace(id) + "\r\n" + ifname`.
+    pub fn matches(&self, container_id: &str, ifname: &str) -> bool {
+        self.content == record_content(container_id, ifname)
+    }
+
+    /// host-local's backwards-compatible match: trimmed content ==
+    /// `TrimSpace(id)` (a file naming only the container).
+    pub fn matches_legacy(&self, container_id: &str) -> bool {
+        self.content == container_id.trim()
+    }
+}
+
+/// The exact bytes host-local writes into a per-IP file:
+/// `strings.TrimSpace(id) + "\r\n" + ifname` (backend.go `Reserve`).
+pub fn record_content(container_id: &str, ifname: &str) -> String {
+    format!("{}{LINE_BREAK}{ifname}", container_id.trim())
+}
+
+/// The directory of one network and the operations on its files.
+#[derive(Debug, Clone)]
+pub struct DiskStore {
+    dir: PathBuf,
+}
+
+impl DiskStore {
+    /// The store of `network` under `data_dir` (`<data_dir>/<network>`). The
+    /// network name must already be validated as a path component.
+    pub fn new(data_dir: &Path, network: &str) -> DiskStore {
+        DiskStore {
+            dir: data_dir.join(network),
+        }
+    }
+
+    /// `<dataDir>/<network>`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the network directory exists.
+    pub fn exists(&self) -> bool {
+        self.dir.is_dir()
+    }
+
+    /// Create the network directory and its parents, mode 0755
+    /// (host-local `disk.New`: `os.MkdirAll(dir, 0o755)`).
+    pub fn ensure_dir(&self) -> Result<(), IpamError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&self.dir)
+            .map_err(|e| IpamError::io("cannot create directory", &self.dir, &e))
+    }
+
+    /// Take the network's lock (`<dir>/lock`), see [`FileLock::acquire`].
+    pub fn lock(&self, mode: LockMode, timeout: Duration) -> Result<FileLock, IpamError> {
+        FileLock::acquire(&self.dir, mode, timeout)
+    }
+
+    /// Path of the per-IP file of `ip` (Go `net.IP.String()` naming).
+    pub fn ip_path(&self, ip: IpAddr) -> PathBuf {
+        self.dir.join(canonical_ip(ip).to_string())
+    }
+
+    /// Path of `last_reserved_ip.<range_set>`.
+    pub fn last_ip_path(&self, range_set: usize) -> PathBuf {
+        self.dir.join(format!("{LAST_IP_FILE_PREFIX}{range_set}"))
+    }
+
+    /// Every per-IP file of the network, sorted by address. Entries whose
+    /// name is not an IP address (`lock`, `last_reserved_ip.*`, temp files)
+    /// and directories are ignored; unreadable files are skipped with a
+    /// warning (host-local's `filepath.Walk` callbacks ignore them too).
+    /// A missing network directory yields an empty list.
+    pub fn scan(&self) -> Result<Vec<Record>, IpamError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(IpamError::io("cannot list", &self.dir, &e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| IpamError::io("cannot list", &self.dir, &e))?;
+            let Some(ip) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<IpAddr>().ok())
+            else {
+                continue;
+            };
+            let path = entry.path();
+            if path.is_dir() {
+                continue;
+            }
+            let data = match fs::read(&path) {
+                Ok(d) => d,
+                Err(e) => {
+                    log::warn!("skipping unreadable {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let content = String::from_utf8_lossy(&data).trim().to_string();
+            let (container_id, ifname) = match content.split_once(LINE_BREAK) {
+                Some((c, i)) => (c.to_string(), i.to_string()),
+                None => (content.clone(), String::new()),
+            };
+            out.push(Record {
+                ip: canonical_ip(ip),
+                container_id,
+                ifname,
+                content,
+            });
+        }
+        out.sort_by(|a, b| a.ip.cmp(&b.ip));
+        Ok(out)
+    }
+
+    /// host-local `Store.Reserve` for one address: create `<dir>/<ip>` with
+    /// `O_CREAT|O_EXCL` mode 0600 and write `record_content(id, ifname)`;
+    /// then fsync the file. Returns `Ok(false)` when the file already exists
+    /// (the address is taken). On a write/fsync failure the file is removed.
+    /// The caller fsyncs the directory ([`DiskStore::sync_dir`]).
+    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
+        let path = self.ip_path(ip);
+        let mut f = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(IpamError::io("cannot create", &path, &e)),
+        };
+        let written = f
+            .write_all(record_content(container_id, ifname).as_bytes())
+            .and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            drop(f);
+            let _ = fs::remove_file(&path);
+            return Err(IpamError::io("cannot write", &path, &e));
+        }
+        Ok(true)
+    }
+
+    /// Remove the per-IP file of `ip`. Returns `Ok(false)` when it was
+    /// already gone.
+    pub fn remove(&self, ip: IpAddr) -> Result<bool, IpamError> {
+        let path = self.ip_path(ip);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(IpamError::io("cannot remove", &path, &e)),
+        }
+    }
+
+    /// host-local `Store.LastReservedIP`: the address in
+    /// `last_reserved_ip.<range_set>`, or `None` when the file is missing,
+    /// unreadable (logged, as host-local does) or not an address.
+    pub fn last_reserved_ip(&self, range_set: usize) -> Option<IpAddr> {
+        let path = self.last_ip_path(range_set);
+        match fs::read_to_string(&path) {
+            Ok(s) => s.trim().parse::<IpAddr>().ok().map(canonical_ip),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => {
+                log::warn!("error retrieving last reserved ip from {}: {e}", path.display());
+                None
+            }
+        }
+    }
+
+    /// Record `ip` as the last reserved address of `range_set`, atomically:
+    /// write `<dir>/.last_reserved_ip.<n>.tmp` (mode 0600, content the
+    /// address with no newline, as host-local's `os.WriteFile`), fsync it,
+    /// rename it over `last_reserved_ip.<n>`. The caller fsyncs the
+    /// directory.
+    pub fn set_last_reserved_ip(&self, range_set: usize, ip: IpAddr) -> Result<(), IpamError> {
+        let path = self.last_ip_path(range_set);
+        let tmp = self
+            .dir
+            .join(format!(".{LAST_IP_FILE_PREFIX}{range_set}.tmp"));
+        let _ = fs::remove_file(&tmp);
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(canonical_ip(ip).to_string().as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(IpamError::io("cannot write", &tmp, &e));
+        }
+        fs::rename(&tmp, &path).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            IpamError::io("cannot rename into", &path, &e)
+        })
+    }
+
+    /// fsync the network directory so created, renamed and removed entries
+    /// are durable.
+    pub fn sync_dir(&self) -> Result<(), IpamError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| IpamError::io("cannot fsync directory", &self.dir, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn store() -> (tempfile::TempDir, DiskStore) {
+        let d = tempfile::tempdir().unwrap();
+        let s = DiskStore::new(&d.path().join("data"), "net1");
+        s.ensure_dir().unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn reserve_writes_host_local_bytes() {
+        let (_d, s) = store();
+        assert!(s.reserve(ip("10.0.0.2"), "abc123", "net1").unwrap());
+        let path = s.dir().join("10.0.0.2");
+        assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(s.reserve(ip("2001:db8::2"), "abc123", "net2").unwrap());
+        assert_eq!(fs::read(s.dir().join("2001:db8::2")).unwrap(), b"abc123\r\nnet2");
+        // O_EXCL: a second reservation fails and leaves the content alone.
+        assert!(!s.reserve(ip("10.0.0.2"), "other", "eth0").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
+        let mode = fs::metadata(s.dir()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & !0o755, 0, "dir mode {mode:o}");
+    }
+
+    #[test]
+    fn last_reserved_ip_round_trip_and_format() {
+        let (_d, s) = store();
+        assert_eq!(s.last_reserved_ip(0), None);
+        s.set_last_reserved_ip(0, ip("10.0.0.5")).unwrap();
+        s.set_last_reserved_ip(1, ip("2001:db8::5")).unwrap();
+        assert_eq!(fs::read(s.dir().join("last_reserved_ip.0")).unwrap(), b"10.0.0.5");
+        assert_eq!(fs::read(s.dir().join("last_reserved_ip.1")).unwrap(), b"2001:db8::5");
+        assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.5")));
+        s.set_last_reserved_ip(0, ip("10.0.0.6")).unwrap();
+        assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.6")));
+        let mode = fs::metadata(s.last_ip_path(0)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // No temp file left behind.
+        let names: Vec<_> = fs::read_dir(s.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        // Garbage or a trailing newline (hand edits) are tolerated.
+        fs::write(s.last_ip_path(2), "10.0.0.9\n").unwrap();
+        assert_eq!(s.last_reserved_ip(2), Some(ip("10.0.0.9")));
+        fs::write(s.last_ip_path(3), "bogus").unwrap();
+        assert_eq!(s.last_reserved_ip(3), None);
+    }
+
+    #[test]
+    fn scan_parses_current_and_legacy_records_and_ignores_the_rest() {
+        let (_d, s) = store();
+        fs::write(s.dir().join("10.0.0.3"), "cid-b\r\neth0").unwrap();
+        fs::write(s.dir().join("10.0.0.2"), "cid-a\r\nnet1\n").unwrap();
+        fs::write(s.dir().join("10.0.0.4"), "legacy-cid\n").unwrap();
+        fs::write(s.dir().join("lock"), "").unwrap();
+        fs::write(s.dir().join("last_reserved_ip.0"), "10.0.0.4").unwrap();
+        fs::create_dir(s.dir().join("10.0.0.9")).unwrap();
+        let recs = s.scan().unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(recs[0].ip, ip("10.0.0.2"));
+        assert_eq!((recs[0].container_id.as_str(), recs[0].ifname.as_str()), ("cid-a", "net1"));
+        assert!(recs[0].matches("cid-a", "net1"));
+        assert!(!recs[0].matches("cid-a", "net2"));
+        assert!(!recs[0].matches_legacy("cid-a"));
+        assert_eq!((recs[2].container_id.as_str(), recs[2].ifname.as_str()), ("legacy-cid", ""));
+        assert!(recs[2].matches_legacy("legacy-cid"));
+        assert!(!recs[2].matches("legacy-cid", "eth0"));
+    }
+
+    #[test]
+    fn scan_of_missing_dir_is_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let s = DiskStore::new(d.path(), "absent");
+        assert!(!s.exists());
+        assert!(s.scan().unwrap().is_empty());
+    }
+
+    #[test]
+    fn remove_is_idempotent() {
+        let (_d, s) = store();
+        s.reserve(ip("10.0.0.2"), "c", "e").unwrap();
+        assert!(s.remove(ip("10.0.0.2")).unwrap());
+        assert!(!s.remove(ip("10.0.0.2")).unwrap());
+        s.sync_dir().unwrap();
+    }
+}

@@ -1,0 +1,23 @@
+//! `ib-sriov`: a CNI plugin that attaches InfiniBand SR-IOV virtual functions to pods.
+//!
+//! Layers (see README.md, "Architecture"):
+//! - [`cni`]: the protocol (environment, versions, results, errors); knows nothing of VFs.
+//! - [`config`]: the network configuration of this plugin, validated up front.
+//! - host adapters: [`sysfs`] (PCI/SR-IOV topology), [`netlink`] (links, addresses,
+//!   routes, VF settings), [`netns`], [`ipam`] (built-in allocator), [`journal`],
+//!   [`fsutil`] (atomic writes, bounded locks); they know nothing of CNI.
+//! - [`plugin`]: the only place that orders steps, journals them and undoes them.
+
+pub mod cni;
+pub mod config;
+pub mod fsutil;
+pub mod journal;
+pub mod logging;
+pub mod netlink;
+pub mod netns;
+pub mod types;
+pub mod cli;
+pub mod failpoint;
+pub mod ipam;
+pub mod plugin;
+pub mod sysfs;

@@ -1,0 +1,338 @@
+//! rtnetlink access (NETLINK_ROUTE) through the `rtnetlink` crate: links, addresses,
+//! routes in one namespace, and VF configuration on a PF (`vf.rs`).
+//!
+//! A [`Netlink`] owns a single-threaded tokio runtime and one rtnetlink connection whose
+//! socket was opened in a chosen namespace; every call blocks until the kernel answers.
+//! Opening the socket inside the pod netns and then working from the host thread is the
+//! pattern of containers/netavark `core_utils.rs`.
+
+pub mod vf;
+
+use crate::netns::{NetNs, NetnsError};
+use futures::TryStreamExt;
+use ipnetwork::IpNetwork;
+use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
+use std::fmt;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use tokio::runtime::Runtime;
+
+/// `EOPNOTSUPP` (include/uapi/asm-generic/errno.h): the driver lacks the ndo.
+pub const EOPNOTSUPP: i32 = 95;
+/// `ENODEV`: no such device.
+pub const ENODEV: i32 = 19;
+/// `EEXIST`: already exists.
+pub const EEXIST: i32 = 17;
+
+/// A failed netlink operation: what was attempted and the kernel's errno if any.
+#[derive(Debug, Clone)]
+pub struct NlError {
+    /// The operation, e.g. "set link 12 up".
+    pub op: String,
+    /// Positive errno from the kernel's NLMSG_ERROR, when the kernel answered one.
+    pub errno: Option<i32>,
+    /// Human-readable cause.
+    pub msg: String,
+}
+
+impl NlError {
+    fn new(op: impl Into<String>, e: rtnetlink::Error) -> Self {
+        let errno = match &e {
+            rtnetlink::Error::NetlinkError(m) => Some(-m.raw_code()),
+            _ => None,
+        };
+        let msg = match errno {
+            Some(n) => std::io::Error::from_raw_os_error(n).to_string(),
+            None => e.to_string(),
+        };
+        NlError {
+            op: op.into(),
+            errno,
+            msg,
+        }
+    }
+
+    fn io(op: impl Into<String>, e: impl fmt::Display) -> Self {
+        NlError {
+            op: op.into(),
+            errno: None,
+            msg: e.to_string(),
+        }
+    }
+
+    /// True when the kernel answered `EOPNOTSUPP` (the driver has no such operation).
+    pub fn is_not_supported(&self) -> bool {
+        self.errno == Some(EOPNOTSUPP)
+    }
+
+    /// True when the kernel answered `ENODEV`.
+    pub fn is_no_device(&self) -> bool {
+        self.errno == Some(ENODEV)
+    }
+}
+
+impl fmt::Display for NlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.op, self.msg)
+    }
+}
+
+impl std::error::Error for NlError {}
+
+/// A link as the kernel reports it (RTM_NEWLINK).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// ifindex.
+    pub index: u32,
+    /// IFLA_IFNAME.
+    pub name: String,
+    /// IFF_UP set.
+    pub up: bool,
+    /// IFLA_MTU in bytes.
+    pub mtu: Option<u32>,
+    /// IFLA_ADDRESS: 6 bytes on Ethernet, 20 on IPoIB.
+    pub address: Vec<u8>,
+    /// IFLA_PARENT_DEV_NAME (kernel >= 5.14): the parent device, a PCI address for a
+    /// VF netdev; `None` for virtual links (veth).
+    pub parent_dev: Option<String>,
+}
+
+impl Link {
+    fn from_msg(m: &LinkMessage) -> Link {
+        let mut l = Link {
+            index: m.header.index,
+            name: String::new(),
+            up: m.header.flags.contains(LinkFlags::Up),
+            mtu: None,
+            address: Vec::new(),
+            parent_dev: None,
+        };
+        for a in &m.attributes {
+            match a {
+                LinkAttribute::IfName(n) => l.name = n.clone(),
+                LinkAttribute::Mtu(v) => l.mtu = Some(*v),
+                LinkAttribute::Address(v) => l.address = v.clone(),
+                LinkAttribute::ParentDevName(p) => l.parent_dev = Some(p.clone()),
+                _ => {}
+            }
+        }
+        l
+    }
+}
+
+/// A blocking rtnetlink connection bound to one network namespace.
+pub struct Netlink {
+    rt: Runtime,
+    handle: Handle,
+}
+
+impl Netlink {
+    /// Opens a connection in the calling thread's current namespace.
+    pub fn open() -> Result<Netlink, NlError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| NlError::io("create netlink runtime", e))?;
+        let (conn, handle, _) = {
+            let _g = rt.enter();
+            rtnetlink::new_connection().map_err(|e| NlError::io("open NETLINK_ROUTE socket", e))?
+        };
+        rt.spawn(conn);
+        Ok(Netlink { rt, handle })
+    }
+
+    /// Opens a connection whose socket lives in `ns`: the thread enters `ns` only to
+    /// create the socket.
+    pub fn open_in(ns: &NetNs) -> Result<Netlink, NlError> {
+        ns.run_in(Netlink::open)
+            .map_err(|e: NetnsError| NlError::io("enter network namespace", e))?
+    }
+
+    /// The link named `name`, or `None` when the namespace has none.
+    pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
+        let mut req = std::pin::pin!(self.handle.link().get().match_name(name.to_string()).execute());
+        match self.rt.block_on(req.try_next()) {
+            Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
+            Err(e) => {
+                let e = NlError::new(format!("get link {name}"), e);
+                if e.is_no_device() {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// The link with ifindex `index`, or `None`.
+    pub fn link_by_index(&self, index: u32) -> Result<Option<Link>, NlError> {
+        let mut req = std::pin::pin!(self.handle.link().get().match_index(index).execute());
+        match self.rt.block_on(req.try_next()) {
+            Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
+            Err(e) => {
+                let e = NlError::new(format!("get link {index}"), e);
+                if e.is_no_device() {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Every link in the namespace.
+    pub fn links(&self) -> Result<Vec<Link>, NlError> {
+        let req = self.handle.link().get().execute();
+        let msgs: Vec<LinkMessage> = self
+            .rt
+            .block_on(req.try_collect())
+            .map_err(|e| NlError::new("dump links", e))?;
+        Ok(msgs.iter().map(Link::from_msg).collect())
+    }
+
+    fn set(&self, op: String, msg: LinkMessage) -> Result<(), NlError> {
+        self.rt
+            .block_on(self.handle.link().set(msg).execute())
+            .map_err(|e| NlError::new(op, e))
+    }
+
+    /// Sets IFF_UP on the link.
+    pub fn set_up(&self, index: u32) -> Result<(), NlError> {
+        let m = LinkMessageBuilder::<LinkUnspec>::new().index(index).up().build();
+        self.set(format!("set link {index} up"), m)
+    }
+
+    /// Clears IFF_UP on the link.
+    pub fn set_down(&self, index: u32) -> Result<(), NlError> {
+        let m = LinkMessageBuilder::<LinkUnspec>::new().index(index).down().build();
+        self.set(format!("set link {index} down"), m)
+    }
+
+    /// Renames the link (it must be down); `EEXIST` when the name is taken.
+    pub fn rename(&self, index: u32, name: &str) -> Result<(), NlError> {
+        let m = LinkMessageBuilder::<LinkUnspec>::new()
+            .index(index)
+            .name(name.to_string())
+            .build();
+        self.set(format!("rename link {index} to {name}"), m)
+    }
+
+    /// Moves the link into the namespace `ns_fd` (IFLA_NET_NS_FD).
+    pub fn move_to_netns(&self, index: u32, ns_fd: BorrowedFd<'_>) -> Result<(), NlError> {
+        let m = LinkMessageBuilder::<LinkUnspec>::new()
+            .index(index)
+            .setns_by_fd(ns_fd.as_raw_fd())
+            .build();
+        self.set(format!("move link {index} to another network namespace"), m)
+    }
+
+    /// Moves the link into namespace `ns_fd` and gives it `name` there, in one
+    /// RTM_SETLINK (the kernel's `do_setlink()` passes IFLA_IFNAME to
+    /// `__dev_change_net_namespace()`), so no temporary name is ever visible to udev.
+    /// `EEXIST` when `name` is taken in the target namespace; nothing changes then.
+    pub fn move_to_netns_named(
+        &self,
+        index: u32,
+        ns_fd: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<(), NlError> {
+        let m = LinkMessageBuilder::<LinkUnspec>::new()
+            .index(index)
+            .setns_by_fd(ns_fd.as_raw_fd())
+            .name(name.to_string())
+            .build();
+        self.set(
+            format!("move link {index} to another network namespace as {name}"),
+            m,
+        )
+    }
+
+    /// The link whose parent device (IFLA_PARENT_DEV_NAME) is PCI address `pci`.
+    pub fn link_by_parent(&self, pci: &str) -> Result<Option<Link>, NlError> {
+        Ok(self
+            .links()?
+            .into_iter()
+            .find(|l| l.parent_dev.as_deref() == Some(pci)))
+    }
+
+    /// Adds `addr` (address with prefix) to the link.
+    pub fn add_address(&self, index: u32, addr: IpNetwork) -> Result<(), NlError> {
+        let req = self.handle.address().add(index, addr.ip(), addr.prefix());
+        self.rt
+            .block_on(req.execute())
+            .map_err(|e| NlError::new(format!("add address {addr} to link {index}"), e))
+    }
+
+    /// The addresses (with prefix) on the link.
+    pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>, NlError> {
+        let req = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute();
+        let msgs: Vec<_> = self
+            .rt
+            .block_on(req.try_collect())
+            .map_err(|e| NlError::new(format!("list addresses of link {index}"), e))?;
+        let mut out = Vec::new();
+        for m in msgs {
+            if m.header.index != index {
+                continue;
+            }
+            for a in &m.attributes {
+                if let AddressAttribute::Address(ip) = a {
+                    if let Ok(n) = IpNetwork::new(*ip, m.header.prefix_len) {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds a route to `dst` through the link, via `gw` when given.
+    pub fn add_route(&self, index: u32, dst: IpNetwork, gw: Option<IpAddr>) -> Result<(), NlError> {
+        let op = format!(
+            "add route {dst}{} on link {index}",
+            gw.map(|g| format!(" via {g}")).unwrap_or_default()
+        );
+        let msg = match (dst, gw) {
+            (IpNetwork::V4(d), gw) => {
+                let mut b = RouteMessageBuilder::<std::net::Ipv4Addr>::new()
+                    .destination_prefix(d.network(), d.prefix())
+                    .output_interface(index);
+                if let Some(IpAddr::V4(g)) = gw {
+                    b = b.gateway(g);
+                } else if gw.is_some() {
+                    return Err(NlError::io(op, "gateway family differs from destination"));
+                }
+                b.build()
+            }
+            (IpNetwork::V6(d), gw) => {
+                let mut b = RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+                    .destination_prefix(d.network(), d.prefix())
+                    .output_interface(index);
+                if let Some(IpAddr::V6(g)) = gw {
+                    b = b.gateway(g);
+                } else if gw.is_some() {
+                    return Err(NlError::io(op, "gateway family differs from destination"));
+                }
+                b.build()
+            }
+        };
+        self.rt
+            .block_on(self.handle.route().add(msg).execute())
+            .map_err(|e| NlError::new(op, e))
+    }
+
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+}

@@ -1,0 +1,113 @@
+//! CHECK (SPEC.md "CHECK"): the attachment exists and is as configured.
+
+use super::vfattr::PfView;
+use super::{ipam_error, Ctx, Ipam};
+use crate::cni::{code, CniError, Version};
+use crate::netlink::Netlink;
+use crate::netns::NetNs;
+
+fn fail(msg: impl Into<String>) -> CniError {
+    CniError::new(code::CHECK_FAILED, msg)
+}
+
+pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
+    let (conf, env) = (ctx.conf, ctx.env);
+    if conf.cni_version < Version::V0_4_0 {
+        return Err(CniError::new(
+            code::INCOMPATIBLE_VERSION,
+            format!("CHECK needs cniVersion 0.4.0 or later, got {}", conf.cni_version.as_str()),
+        ));
+    }
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| CniError::config("CHECK needs prevResult (the result of ADD)"))?;
+    let ipam = ctx.ipam()?;
+    let id = format!("{}/{}", env.container_id, env.ifname);
+    let j = ctx
+        .store
+        .load(&env.container_id, &env.ifname)
+        .map_err(|e| CniError::new(code::IO_FAILURE, format!("reading journal: {e}")))?
+        .ok_or_else(|| fail(format!("no attachment {id}: no journal in {}", ctx.store.dir().display())))?;
+    if !j.complete {
+        return Err(fail(format!("the ADD of {id} did not complete")));
+    }
+    if let Some(d) = conf.device_id {
+        if d != j.vf {
+            return Err(fail(format!("{id} holds VF {}, but the config names {d}", j.vf)));
+        }
+    }
+    let netns = env.netns.as_deref().unwrap_or_default();
+    let ns = NetNs::open(netns).map_err(|e| fail(format!("{id}: {e}")))?;
+
+    if !j.vfio {
+        let nl = Netlink::open_in(&ns).map_err(|e| CniError::host(e.to_string()))?;
+        let link = nl
+            .link_by_name(&env.ifname)
+            .map_err(|e| CniError::host(e.to_string()))?
+            .ok_or_else(|| fail(format!("{} does not exist in {netns}", env.ifname)))?;
+        if !link.up {
+            return Err(fail(format!("{} in {netns} is down", env.ifname)));
+        }
+        let have = nl
+            .addresses(link.index)
+            .map_err(|e| CniError::host(e.to_string()))?;
+        for ip in &prev.ips {
+            if !have.contains(&ip.address) {
+                return Err(fail(format!(
+                    "address {} of prevResult is not on {} in {netns}",
+                    ip.address, env.ifname
+                )));
+            }
+        }
+    }
+    if let Some(Ipam::Builtin(c)) = &ipam {
+        let held = c
+            .lookup(&conf.name, &env.container_id, &env.ifname)
+            .map_err(ipam_error)?;
+        for ip in &prev.ips {
+            if !held.contains(&ip.address.ip()) {
+                return Err(fail(format!(
+                    "address {} of prevResult is not allocated to {id} in IPAM network {}",
+                    ip.address.ip(),
+                    conf.name
+                )));
+            }
+        }
+    }
+
+    let host_nl = Netlink::open().map_err(|e| CniError::host(e.to_string()))?;
+    let pf_link = j
+        .pf_netdev
+        .as_deref()
+        .and_then(|n| host_nl.link_by_name(n).ok().flatten());
+    let view = PfView {
+        nl: &host_nl,
+        sysfs: &ctx.sysfs,
+        pf: j.pf,
+        pf_link,
+        vf: j.vf_index,
+    };
+    let st = view.read().map_err(CniError::host)?;
+    if let (Some(want), Some((have, _))) = (conf.link_state, st.link_state) {
+        if want != have {
+            return Err(fail(format!(
+                "VF {} link state is {have}, configured {want}",
+                j.vf
+            )));
+        }
+    }
+    if let Some((want, _)) = conf.guid {
+        for (what, have) in [("node", st.node_guid), ("port", st.port_guid)] {
+            if let Some((g, _)) = have {
+                if g != want {
+                    return Err(fail(format!(
+                        "VF {} {what} GUID is {g}, configured {want}",
+                        j.vf
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,367 @@
+//! DEL (best effort, idempotent) and the undo shared with ADD's rollback.
+//!
+//! IPAM is released first, by container ID and ifname, whatever else is missing
+//! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). Then every journaled
+//! step is undone in reverse; errors are collected, not fatal, and the journal is removed
+//! only when all undo steps are done or moot, so a failed DEL can be retried.
+
+use super::add::rebind;
+use super::vfattr::PfView;
+use super::{ipam_error, Ctx, Ipam};
+use crate::cni::{code, CniError};
+use crate::failpoint::hit;
+use crate::journal::{Journal, Step};
+use crate::netlink::{Link, Netlink, EEXIST};
+use crate::netns::NetNs;
+use crate::types::LinkState;
+use std::time::{Duration, Instant};
+
+/// Name pattern for a returning netdev whose original name is taken in the host; the
+/// kernel replaces `%d` with the first free number (`dev_alloc_name()`).
+pub const FALLBACK_NAME_PATTERN: &str = "ibvf%d";
+
+/// How long DEL waits for a VF netdev to come back to the host after its netns died
+/// (the kernel returns physical netdevs to init_net from the netns cleanup work).
+pub const RETURN_WAIT: Duration = Duration::from_secs(2);
+
+/// The pod netns as DEL finds it.
+pub(super) enum NsState<'a> {
+    /// Open and live.
+    Open(&'a NetNs),
+    /// Gone (missing, empty CNI_NETNS, or a stale mount).
+    Gone,
+}
+
+pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
+    let env = ctx.env;
+    let mut errs: Vec<String> = Vec::new();
+
+    // 1. IPAM first, even without netns or journal.
+    match ctx.ipam() {
+        Ok(Some(Ipam::Builtin(c))) => {
+            match c.release(&ctx.conf.name, &env.container_id, &env.ifname, ctx.conf.lock_timeout) {
+                Ok(n) => log::info!("released {n} address(es) of {}/{}", env.container_id, env.ifname),
+                Err(e) => errs.push(ipam_error(e).msg),
+            }
+        }
+        Ok(None) => {}
+        Err(e) => errs.push(e.msg),
+    }
+    if let Err(e) = hit("del.ipam") {
+        errs.push(e.msg);
+    }
+
+    // 2. The rest, from the journal.
+    match ctx.store.load(&env.container_id, &env.ifname) {
+        Ok(Some(j)) => {
+            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref()) {
+                if e.code == code::TRY_AGAIN_LATER && errs.is_empty() {
+                    return Err(e);
+                }
+                errs.push(e.msg);
+                errs.push(e.details);
+            }
+        }
+        Ok(None) => {
+            log::info!(
+                "no journal for {}/{}: nothing recorded to restore",
+                env.container_id,
+                env.ifname
+            );
+            if let Err(e) = without_journal(ctx) {
+                errs.push(e);
+            }
+        }
+        Err(e) => errs.push(format!("reading journal: {e}")),
+    }
+    errs.retain(|e| !e.is_empty());
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::host(format!(
+            "DEL of {}/{} did not complete; it is safe to retry",
+            env.container_id, env.ifname
+        ))
+        .with_details(errs.join("; ")))
+    }
+}
+
+/// Undoes a journaled attachment whose netns is the one recorded in the journal
+/// (used by ADD for a stale journal of the same attachment).
+pub(super) fn teardown(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
+    teardown_with(ctx, j, j.netns.as_deref())
+}
+
+fn teardown_with(ctx: &Ctx, j: &Journal, netns: Option<&str>) -> Result<(), CniError> {
+    let _lock = ctx.lock_vf(j.vf)?;
+    let opened = match netns {
+        None => None,
+        Some(p) => match NetNs::open(p) {
+            Ok(ns) => Some(ns),
+            Err(e) if e.is_gone() => {
+                log::info!("{e}: its VF netdev is returned to the host by the kernel");
+                None
+            }
+            Err(e) => return Err(CniError::host(e.to_string())),
+        },
+    };
+    let state = match &opened {
+        Some(ns) => NsState::Open(ns),
+        None => NsState::Gone,
+    };
+    let errs = undo(ctx, j, &state);
+    if !errs.is_empty() {
+        return Err(CniError::host(format!(
+            "restoring VF {} of {}/{} did not complete",
+            j.vf, j.container_id, j.ifname
+        ))
+        .with_details(errs.join("; ")));
+    }
+    if let Err(e) = hit("del.journal") {
+        return Err(e);
+    }
+    ctx.store
+        .remove(&j.container_id, &j.ifname)
+        .map_err(|e| CniError::new(code::IO_FAILURE, format!("removing journal: {e}")))?;
+    Ok(())
+}
+
+/// Undoes every begun step of `j` in reverse order; returns the errors (empty = done).
+pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
+    let mut errs = Vec::new();
+    let mut check = |r: Result<(), CniError>| {
+        if let Err(e) = r {
+            errs.push(e.msg);
+        }
+    };
+
+    if j.has(Step::DeviceInfo) {
+        if let Some(p) = &j.device_info_file {
+            check(
+                crate::fsutil::remove_durable(p)
+                    .map(|_| ())
+                    .map_err(|e| CniError::host(format!("removing {}: {e}", p.display()))),
+            );
+        }
+    }
+    if j.has(Step::Ipam) {
+        check(match ctx.ipam() {
+            Ok(Some(Ipam::Builtin(c))) => c
+                .release(&j.network, &j.container_id, &j.ifname, ctx.conf.lock_timeout)
+                .map(|_| ())
+                .map_err(ipam_error),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        });
+    }
+
+    // The VF itself: leave it alone if a newer attachment holds it (sriov-cni#313).
+    match ctx.store.holder_of(j.vf, (&j.container_id, &j.ifname)) {
+        Ok(Some(other)) => {
+            log::warn!(
+                "VF {} is now held by {}/{}; not touching it",
+                j.vf,
+                other.container_id,
+                other.ifname
+            );
+            return errs;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            errs.push(format!("reading journals: {e}"));
+            return errs;
+        }
+    }
+    let host_nl = match Netlink::open() {
+        Ok(n) => n,
+        Err(e) => {
+            errs.push(e.to_string());
+            return errs;
+        }
+    };
+    if j.has(Step::MoveNetdev) && !j.vfio {
+        check(return_netdev(&host_nl, j, ns));
+        check(hit("del.move"));
+    }
+    let pf_link = j
+        .pf_netdev
+        .as_deref()
+        .and_then(|n| host_nl.link_by_name(n).ok().flatten());
+    let view = PfView {
+        nl: &host_nl,
+        sysfs: &ctx.sysfs,
+        pf: j.pf,
+        pf_link,
+        vf: j.vf_index,
+    };
+    if j.has(Step::Guid) {
+        check(restore_guid(ctx, &host_nl, &view, j));
+        check(hit("del.guid"));
+    }
+    if j.has(Step::LinkState) {
+        let want = j.orig_link_state.unwrap_or_else(|| {
+            log::warn!("original link state of VF {} unknown; restoring auto", j.vf);
+            LinkState::Auto
+        });
+        check(
+            view.set_link_state(want, j.link_state_via)
+                .map(|_| log::info!("VF {} link state restored to {want}", j.vf))
+                .map_err(CniError::host),
+        );
+        check(hit("del.link_state"));
+    }
+    errs
+}
+
+fn nl_err(e: crate::netlink::NlError) -> CniError {
+    CniError::host(e.to_string())
+}
+
+/// Brings the VF netdev back to the host under its original name and admin state.
+fn return_netdev(host_nl: &Netlink, j: &Journal, ns: &NsState) -> Result<(), CniError> {
+    let orig = j
+        .host_ifname
+        .clone()
+        .ok_or_else(|| CniError::internal("journal has no host netdev name"))?;
+    let vf = j.vf.to_string();
+    if let NsState::Open(pod) = ns {
+        let pod_nl = Netlink::open_in(pod).map_err(nl_err)?;
+        let found = match pod_nl.link_by_name(&j.ifname).map_err(nl_err)? {
+            Some(l) if l.parent_dev.as_deref().is_none_or(|p| p == vf) => Some(l),
+            _ => pod_nl.link_by_parent(&vf).map_err(nl_err)?,
+        };
+        if let Some(l) = found {
+            let host_ns = NetNs::current().map_err(|e| CniError::host(e.to_string()))?;
+            if l.up {
+                pod_nl.set_down(l.index).map_err(nl_err)?;
+            }
+            match pod_nl.move_to_netns_named(l.index, host_ns.fd(), &orig) {
+                Ok(()) => {}
+                Err(e) if e.errno == Some(EEXIST) => {
+                    log::warn!(
+                        "{orig} is taken in the host; returning VF {vf} as {FALLBACK_NAME_PATTERN}"
+                    );
+                    pod_nl
+                        .move_to_netns_named(l.index, host_ns.fd(), FALLBACK_NAME_PATTERN)
+                        .map_err(nl_err)?;
+                }
+                Err(e) => return Err(nl_err(e)),
+            }
+            log::info!("moved {} (VF {vf}) back to the host as {orig}", j.ifname);
+        }
+    }
+    // Now (or already) in the host: make sure of its name and admin state.
+    let deadline = Instant::now()
+        + match ns {
+            NsState::Gone => RETURN_WAIT,
+            NsState::Open(_) => Duration::ZERO,
+        };
+    let link = loop {
+        let l = match host_nl.link_by_name(&orig).map_err(nl_err)? {
+            Some(l) => Some(l),
+            None => host_nl.link_by_parent(&vf).map_err(nl_err)?,
+        };
+        if l.is_some() || Instant::now() >= deadline {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let Some(link) = link else {
+        log::warn!(
+            "VF {vf} netdev ({orig}) is neither in the pod nor in the host; it was destroyed with its namespace or is elsewhere: nothing to return"
+        );
+        return Ok(());
+    };
+    fix_name_and_state(host_nl, &link, &orig, j.host_up)
+}
+
+fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result<(), CniError> {
+    let mut is_up = link.up;
+    if link.name != orig {
+        if is_up {
+            nl.set_down(link.index).map_err(nl_err)?;
+            is_up = false;
+        }
+        match nl.rename(link.index, orig) {
+            Ok(()) => log::info!("renamed {} back to {orig}", link.name),
+            Err(e) if e.errno == Some(EEXIST) => {
+                log::warn!("cannot rename {} back to {orig}: the name is taken", link.name)
+            }
+            Err(e) => return Err(nl_err(e)),
+        }
+    }
+    if up && !is_up {
+        nl.set_up(link.index).map_err(nl_err)?;
+    } else if !up && is_up {
+        nl.set_down(link.index).map_err(nl_err)?;
+    }
+    Ok(())
+}
+
+fn restore_guid(ctx: &Ctx, host_nl: &Netlink, view: &PfView, j: &Journal) -> Result<(), CniError> {
+    use crate::netlink::vf::GuidKind;
+    let mut via = j.guid_via;
+    let mut any = false;
+    for (kind, g) in [(GuidKind::Node, j.orig_node_guid), (GuidKind::Port, j.orig_port_guid)] {
+        match g {
+            Some(g) => {
+                via = Some(view.set_guid(kind, g, via).map_err(CniError::host)?);
+                any = true;
+            }
+            None => log::warn!("original {kind:?} GUID of VF {} unknown; not restored", j.vf),
+        }
+    }
+    if any {
+        log::info!("VF {} GUIDs restored", j.vf);
+    }
+    if any && !j.vfio && j.has(Step::Rebind) {
+        let link = rebind(ctx, host_nl, j)?;
+        if let Some(orig) = &j.host_ifname {
+            fix_name_and_state(host_nl, &link, orig, j.host_up)?;
+        }
+    }
+    Ok(())
+}
+
+/// DEL without a journal: nothing recorded to restore, but a VF netdev named CNI_IFNAME
+/// (or whose parent is the configured VF) still in a live pod netns is returned to the host.
+fn without_journal(ctx: &Ctx) -> Result<(), String> {
+    let Some(path) = ctx.env.netns.as_deref() else {
+        return Ok(());
+    };
+    let Some(vf) = ctx.conf.device_id else {
+        return Ok(());
+    };
+    let pod = match NetNs::open(path) {
+        Ok(ns) => ns,
+        Err(e) if e.is_gone() => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let _lock = ctx.lock_vf(vf).map_err(|e| e.msg)?;
+    let pod_nl = Netlink::open_in(&pod).map_err(|e| e.to_string())?;
+    let vfs = vf.to_string();
+    let found = match pod_nl.link_by_name(&ctx.env.ifname).map_err(|e| e.to_string())? {
+        Some(l) if l.parent_dev.as_deref().is_none_or(|p| p == vfs) => Some(l),
+        _ => pod_nl.link_by_parent(&vfs).map_err(|e| e.to_string())?,
+    };
+    let Some(l) = found else { return Ok(()) };
+    let host_ns = NetNs::current().map_err(|e| e.to_string())?;
+    if l.up {
+        pod_nl.set_down(l.index).map_err(|e| e.to_string())?;
+    }
+    let name = ctx
+        .sysfs
+        .netdevs(vf)
+        .ok()
+        .and_then(|v| v.into_iter().next())
+        .unwrap_or_else(|| l.name.clone());
+    match pod_nl.move_to_netns_named(l.index, host_ns.fd(), &name) {
+        Ok(()) => {}
+        Err(e) if e.errno == Some(EEXIST) => pod_nl
+            .move_to_netns_named(l.index, host_ns.fd(), FALLBACK_NAME_PATTERN)
+            .map_err(|e| e.to_string())?,
+        Err(e) => return Err(e.to_string()),
+    }
+    log::info!("moved {} (VF {vf}) back to the host without a journal", l.name);
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! Reading and setting a VF's link state and node/port GUID through its PF:
+//! rtnetlink first (facts: `IFLA_VF_LINK_STATE`, `IFLA_VF_IB_NODE_GUID`/`PORT_GUID`),
+//! and on `EOPNOTSUPP` the MLNX_OFED sysfs files `<PF>/sriov/<N>/{policy,node,port}`
+//! where they exist. The mechanism that worked is recorded in the journal ([`Via`]) so
+//! the undo goes the same way.
+
+use crate::journal::Via;
+use crate::netlink::vf::{GuidKind, VfConfig};
+use crate::netlink::{Link, Netlink, NlError};
+use crate::sysfs::{self, Sysfs};
+use crate::types::{Guid, LinkState, PciAddress, VfIndex};
+
+/// The VF as seen from its PF: everything needed to read or change its attributes.
+pub struct PfView<'a> {
+    /// rtnetlink connection in the host netns.
+    pub nl: &'a Netlink,
+    /// sysfs.
+    pub sysfs: &'a Sysfs,
+    /// PF PCI address.
+    pub pf: PciAddress,
+    /// PF netdev as a link in the host netns, when it has one.
+    pub pf_link: Option<Link>,
+    /// VF index.
+    pub vf: VfIndex,
+}
+
+/// Current VF attributes and where they were read.
+#[derive(Debug, Clone, Default)]
+pub struct VfState {
+    /// Link state and its source.
+    pub link_state: Option<(LinkState, Via)>,
+    /// Node GUID and its source.
+    pub node_guid: Option<(Guid, Via)>,
+    /// Port GUID and its source.
+    pub port_guid: Option<(Guid, Via)>,
+}
+
+fn sysfs_kind(k: GuidKind) -> sysfs::GuidKind {
+    match k {
+        GuidKind::Node => sysfs::GuidKind::Node,
+        GuidKind::Port => sysfs::GuidKind::Port,
+    }
+}
+
+impl PfView<'_> {
+    fn netlink_config(&self) -> Option<VfConfig> {
+        let pf = self.pf_link.as_ref()?;
+        match self.nl.vf_configs(pf.index) {
+            Ok(list) => list.into_iter().find(|c| c.vf == self.vf.0),
+            Err(e) => {
+                log::debug!("reading VF info of PF {}: {e}", pf.name);
+                None
+            }
+        }
+    }
+
+    /// Reads link state and GUIDs: PF VF-info over netlink, else the OFED files.
+    /// (The IPoIB-address fallback for the port GUID is the caller's: it needs the netdev.)
+    pub fn read(&self) -> Result<VfState, String> {
+        let nl = self.netlink_config();
+        let mut st = VfState::default();
+        if let Some(c) = &nl {
+            st.link_state = c.link_state.map(|s| (s, Via::Netlink));
+            st.node_guid = c.node_guid.map(|g| (g, Via::Netlink));
+            st.port_guid = c.port_guid.map(|g| (g, Via::Netlink));
+        }
+        let io = |what: &str, e: std::io::Error| {
+            format!("reading {what} of VF {} on PF {}: {e}", self.vf, self.pf)
+        };
+        if st.link_state.is_none() {
+            st.link_state = self
+                .sysfs
+                .read_ofed_policy(self.pf, self.vf)
+                .map_err(|e| io("OFED policy", e))?
+                .map(|s| (s, Via::Ofed));
+        }
+        if st.node_guid.is_none() {
+            st.node_guid = self
+                .sysfs
+                .read_ofed_guid(self.pf, self.vf, sysfs::GuidKind::Node)
+                .map_err(|e| io("OFED node GUID", e))?
+                .map(|g| (g, Via::Ofed));
+        }
+        if st.port_guid.is_none() {
+            st.port_guid = self
+                .sysfs
+                .read_ofed_guid(self.pf, self.vf, sysfs::GuidKind::Port)
+                .map_err(|e| io("OFED port GUID", e))?
+                .map(|g| (g, Via::Ofed));
+        }
+        Ok(st)
+    }
+
+    fn has_ofed(&self) -> bool {
+        self.sysfs.ofed_dir(self.pf, self.vf).is_some()
+    }
+
+    fn unsupported(&self, what: &str, e: &NlError) -> String {
+        format!(
+            "cannot set {what} of VF {} on PF {}: the PF driver does not support it over netlink ({e}) and there is no MLNX_OFED sysfs directory {}/sriov/{}",
+            self.vf,
+            self.pf,
+            self.sysfs.pci_device_dir(self.pf).display(),
+            self.vf
+        )
+    }
+
+    /// Sets the link state; `prefer` is the mechanism to try first (from the journal).
+    /// Returns the mechanism that worked.
+    pub fn set_link_state(&self, state: LinkState, prefer: Option<Via>) -> Result<Via, String> {
+        let via_ofed = || {
+            self.sysfs
+                .write_ofed_policy(self.pf, self.vf, state)
+                .map(|_| Via::Ofed)
+                .map_err(|e| format!("writing OFED policy {} of VF {}: {e}", state.to_ofed_policy(), self.vf))
+        };
+        if prefer == Some(Via::Ofed) && self.has_ofed() {
+            return via_ofed();
+        }
+        let Some(pf) = &self.pf_link else {
+            return if self.has_ofed() {
+                via_ofed()
+            } else {
+                Err(format!(
+                    "cannot set link state of VF {}: PF {} has no netdev in this network namespace and no MLNX_OFED sriov directory",
+                    self.vf, self.pf
+                ))
+            };
+        };
+        match self.nl.set_vf_link_state(pf, self.vf, state) {
+            Ok(()) => Ok(Via::Netlink),
+            Err(e) if e.is_not_supported() && self.has_ofed() => via_ofed(),
+            Err(e) if e.is_not_supported() => Err(self.unsupported("link state", &e)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Sets one GUID; returns the mechanism that worked.
+    pub fn set_guid(&self, kind: GuidKind, guid: Guid, prefer: Option<Via>) -> Result<Via, String> {
+        let via_ofed = || {
+            self.sysfs
+                .write_ofed_guid(self.pf, self.vf, sysfs_kind(kind), guid)
+                .map(|_| Via::Ofed)
+                .map_err(|e| format!("writing OFED {kind:?} GUID {guid} of VF {}: {e}", self.vf).to_lowercase())
+        };
+        if prefer == Some(Via::Ofed) && self.has_ofed() {
+            return via_ofed();
+        }
+        let Some(pf) = &self.pf_link else {
+            return if self.has_ofed() {
+                via_ofed()
+            } else {
+                Err(format!(
+                    "cannot set GUID of VF {}: PF {} has no netdev in this network namespace and no MLNX_OFED sriov directory",
+                    self.vf, self.pf
+                ))
+            };
+        };
+        match self.nl.set_vf_guid(pf, self.vf, kind, guid) {
+            Ok(()) => Ok(Via::Netlink),
+            Err(e) if e.is_not_supported() && self.has_ofed() => via_ofed(),
+            Err(e) if e.is_not_supported() => Err(self.unsupported("GUID", &e)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Sets node then port GUID (separate operations, as `do_setvfinfo()` requires).
+    pub fn set_guids(&self, node: Guid, port: Guid, prefer: Option<Via>) -> Result<Via, String> {
+        let via = self.set_guid(GuidKind::Node, node, prefer)?;
+        self.set_guid(GuidKind::Port, port, Some(via))
+    }
+}
