@@ -169,7 +169,7 @@ for v in $(compgen -v CNI_ || true); do unset "$v"; done
 unset IB_SRIOV_SYSFS_ROOT
 
 tmp="$(mktemp -d /tmp/ib-sriov-bench.XXXXXX)"
-prefix="bn$((RANDOM % 1000))"
+prefix="bn$(($$ % 100000))"
 host="$prefix-host"
 pod="$prefix-pod"
 pod_ours="$prefix-podo"
@@ -179,11 +179,11 @@ emu_root="$tmp/emu"
 emu_bin="${EMUHOST_BIN:-$repo/target/release/examples/emuhost}"
 ours_bin="${IB_SRIOV_BIN:-$repo/target/release/ib-sriov}"
 emu_made=0
+made_ns=()
+add_ns() { ip netns add "$1" && made_ns+=("$1"); }
 cleanup() {
     set +e
-    ip netns del "$pod" 2>/dev/null
-    ip netns del "$pod_ours" 2>/dev/null
-    ip netns del "$host" 2>/dev/null
+    for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
     if ((emu_made)); then
         "$emu_bin" destroy --prefix "$prefix" --root "$emu_root" >/dev/null 2>&1
     fi
@@ -193,7 +193,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 export BENCH_TMP="$tmp" BENCH_WARMUP="$warmup"
-ip netns add "$pod"
+add_ns "$pod"
 write_loop_py "$tmp/loop.py"
 
 # Per-row setup: host netns, device, config.
@@ -216,7 +216,7 @@ if want ours; then
         r_dev[ours]="$(jq -r '.vfs[0].netdev' "$tmp/emu.json")"
         r_conf[ours]="$tmp/ours.json"
         r_pod[ours]="$pod_ours"
-        ip netns add "$pod_ours"
+        add_ns "$pod_ours"
         jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$tmp/ipam-ours" \
             '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
               ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}' >"${r_conf[ours]}"
@@ -228,7 +228,7 @@ if want ours; then
 fi
 
 if want hostdevice || want floor; then
-    ip netns add "$host"
+    add_ns "$host"
     ip -n "$host" link add "$dev" type veth peer name "$peer"
     ip -n "$host" link set "$dev" up
     ip -n "$host" link set "$peer" up

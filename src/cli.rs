@@ -16,13 +16,20 @@ fn emit(v: &serde_json::Value) {
 fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     let env = CniEnv::from_process()?;
     if env.command == Command::Version {
-        return Ok(Some(crate::cni::version_reply(sniff_version(stdin).as_deref())));
+        return Ok(Some(crate::cni::version_reply(
+            sniff_version(stdin).as_deref(),
+        )));
     }
     let conf = NetConf::parse(stdin)?;
     crate::logging::init(
         conf.log_level,
         conf.log_file.as_deref(),
-        format!("{} {}/{}", env.command.as_str(), env.container_id, env.ifname),
+        format!(
+            "{} {}/{}",
+            env.command.as_str(),
+            env.container_id,
+            env.ifname
+        ),
     );
     log::debug!("config: {}", conf.raw);
     let r = crate::plugin::run(&env, &conf);

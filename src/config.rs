@@ -433,7 +433,10 @@ mod tests {
         assert_eq!(c.guid.unwrap().0.to_string(), "00:00:00:00:00:00:00:01");
         assert_eq!(c.guid.unwrap().1, GuidSource::RuntimeConfig);
         v["runtimeConfig"] = json!({});
-        assert_eq!(parse(v.clone()).unwrap().guid.unwrap().1, GuidSource::ArgsCni);
+        assert_eq!(
+            parse(v.clone()).unwrap().guid.unwrap().1,
+            GuidSource::ArgsCni
+        );
         v["args"] = json!({"cni": {"x": {"nested": true}}});
         let c = parse(v).unwrap();
         assert_eq!(c.guid.unwrap().1, GuidSource::TopLevel);
@@ -464,9 +467,15 @@ mod tests {
         let mut v = base();
         v.as_object_mut().unwrap().remove("deviceID");
         v["pciBusID"] = json!("af:00.3");
-        assert_eq!(parse(v.clone()).unwrap().device_id.unwrap().to_string(), "0000:af:00.3");
+        assert_eq!(
+            parse(v.clone()).unwrap().device_id.unwrap().to_string(),
+            "0000:af:00.3"
+        );
         v["runtimeConfig"] = json!({"deviceID": "0000:af:00.4"});
-        assert_eq!(parse(v).unwrap().device_id.unwrap().to_string(), "0000:af:00.4");
+        assert_eq!(
+            parse(v).unwrap().device_id.unwrap().to_string(),
+            "0000:af:00.4"
+        );
         let mut v = base();
         v["deviceID"] = json!("garbage");
         let e = parse(v).unwrap_err();
@@ -533,9 +542,23 @@ mod tests {
     fn ib_kubernetes_gating_is_code_11() {
         let mut v = base();
         v["ibKubernetesEnabled"] = json!(true);
-        assert_eq!(parse(v.clone()).unwrap().validate_for_add().unwrap_err().code, 11);
+        assert_eq!(
+            parse(v.clone())
+                .unwrap()
+                .validate_for_add()
+                .unwrap_err()
+                .code,
+            11
+        );
         v["args"] = json!({"cni": {"mellanox.infiniband.app": "configured"}});
-        assert_eq!(parse(v.clone()).unwrap().validate_for_add().unwrap_err().code, 11);
+        assert_eq!(
+            parse(v.clone())
+                .unwrap()
+                .validate_for_add()
+                .unwrap_err()
+                .code,
+            11
+        );
         v["args"]["cni"]["guid"] = json!("02:00:00:00:00:00:00:07");
         parse(v).unwrap().validate_for_add().unwrap();
         let mut v = base();

@@ -22,7 +22,9 @@ pub fn hit(name: &str) -> Result<(), CniError> {
             if n == name {
                 match action {
                     "error" => {
-                        return Err(CniError::host(format!("injected failure at fail point {name}")))
+                        return Err(CniError::host(format!(
+                            "injected failure at fail point {name}"
+                        )))
                     }
                     "kill" => {
                         log::warn!("fail point {name}: killing the process");

@@ -149,9 +149,9 @@ impl JournalStore {
 
     fn load_path(p: &Path) -> io::Result<Option<Journal>> {
         match std::fs::read(p) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))),
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
+            }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -240,7 +240,9 @@ mod tests {
         assert!(s.path("c1", "net1").ends_with("c1-net1"));
         s.save(&sample("c2", "0000:af:00.3")).unwrap();
         assert_eq!(s.list().unwrap().len(), 2);
-        let h = s.holder_of("0000:af:00.2".parse().unwrap(), ("c9", "net1")).unwrap();
+        let h = s
+            .holder_of("0000:af:00.2".parse().unwrap(), ("c9", "net1"))
+            .unwrap();
         assert_eq!(h.unwrap().container_id, "c1");
         assert!(s
             .holder_of("0000:af:00.2".parse().unwrap(), ("c1", "net1"))

@@ -8,16 +8,17 @@
 //!   [`fsutil`] (atomic writes, bounded locks); they know nothing of CNI.
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
 
+pub mod cli;
 pub mod cni;
 pub mod config;
+pub mod failpoint;
 pub mod fsutil;
+pub mod ipam;
 pub mod journal;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
-pub mod types;
-pub mod cli;
-pub mod failpoint;
-pub mod ipam;
 pub mod plugin;
+pub mod rdma;
 pub mod sysfs;
+pub mod types;

@@ -56,15 +56,18 @@ impl Log for Logger {
 /// (e.g. `ADD <containerID>/<ifname>`). If `file` cannot be opened, logs go to stderr
 /// and the failure is reported there.
 pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String) {
-    let f = file.and_then(|p| {
-        match OpenOptions::new().create(true).append(true).open(p) {
+    let f = file.and_then(
+        |p| match OpenOptions::new().create(true).append(true).open(p) {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!("ib-sriov: cannot open logFile {}: {e}; logging to stderr", p.display());
+                eprintln!(
+                    "ib-sriov: cannot open logFile {}: {e}; logging to stderr",
+                    p.display()
+                );
                 None
             }
-        }
-    });
+        },
+    );
     if LOGGER.set(Logger { file: f, prefix }).is_ok() {
         if let Some(l) = LOGGER.get() {
             let _ = log::set_logger(l);

@@ -355,9 +355,18 @@ mod tests {
 
     #[test]
     fn guid_zero_and_ones_not_assignable() {
-        assert!(!"00:00:00:00:00:00:00:00".parse::<Guid>().unwrap().is_assignable());
-        assert!(!"ff:ff:ff:ff:ff:ff:ff:ff".parse::<Guid>().unwrap().is_assignable());
-        assert!("00:00:00:00:00:00:00:01".parse::<Guid>().unwrap().is_assignable());
+        assert!(!"00:00:00:00:00:00:00:00"
+            .parse::<Guid>()
+            .unwrap()
+            .is_assignable());
+        assert!(!"ff:ff:ff:ff:ff:ff:ff:ff"
+            .parse::<Guid>()
+            .unwrap()
+            .is_assignable());
+        assert!("00:00:00:00:00:00:00:01"
+            .parse::<Guid>()
+            .unwrap()
+            .is_assignable());
     }
 
     #[test]
@@ -380,7 +389,14 @@ mod tests {
         assert_eq!(p.to_string(), "0000:af:00.2");
         let short: PciAddress = "af:00.2".parse().unwrap();
         assert_eq!(short, p);
-        for bad in ["", "0000:af:00", "0000:af:20.0", "0000:af:00.8", "zz:00.0", "0000:af:00.2x"] {
+        for bad in [
+            "",
+            "0000:af:00",
+            "0000:af:20.0",
+            "0000:af:00.8",
+            "zz:00.0",
+            "0000:af:00.2x",
+        ] {
             assert!(bad.parse::<PciAddress>().is_err(), "{bad:?}");
         }
     }

@@ -95,7 +95,9 @@ pub fn validate_ifname(name: &str) -> Result<(), CniError> {
         || name.len() > MAX_IFNAME_LEN
         || name == "."
         || name == ".."
-        || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace());
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace());
     if bad {
         return Err(CniError::env(format!(
             "CNI_IFNAME {name:?} is not a valid interface name: 1 to 15 characters, not '.' or '..', without '/', ':' or spaces"

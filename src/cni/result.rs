@@ -156,7 +156,10 @@ impl CniOutput {
         }
         let mut out = CniOutput::default();
         if let Some(ifs) = obj.get("interfaces") {
-            for i in ifs.as_array().ok_or_else(|| bad("interfaces is not a list"))? {
+            for i in ifs
+                .as_array()
+                .ok_or_else(|| bad("interfaces is not a list"))?
+            {
                 let s = |k: &str| i.get(k).and_then(Value::as_str).unwrap_or("").to_string();
                 out.interfaces.push(Interface {
                     name: s("name"),
@@ -173,9 +176,9 @@ impl CniOutput {
                     .get("address")
                     .and_then(Value::as_str)
                     .ok_or_else(|| bad("ips[].address is missing"))?;
-                let address: IpNetwork = addr
-                    .parse()
-                    .map_err(|_| bad(&format!("ips[].address {addr:?} is not an address/prefix")))?;
+                let address: IpNetwork = addr.parse().map_err(|_| {
+                    bad(&format!("ips[].address {addr:?} is not an address/prefix"))
+                })?;
                 let gateway = match ip.get("gateway").and_then(Value::as_str) {
                     Some(g) => Some(
                         g.parse()
@@ -183,7 +186,10 @@ impl CniOutput {
                     ),
                     None => None,
                 };
-                let interface = ip.get("interface").and_then(Value::as_u64).map(|i| i as usize);
+                let interface = ip
+                    .get("interface")
+                    .and_then(Value::as_u64)
+                    .map(|i| i as usize);
                 out.ips.push(IpConfig {
                     address,
                     gateway,
@@ -192,7 +198,10 @@ impl CniOutput {
             }
         }
         if let Some(routes) = obj.get("routes") {
-            for r in routes.as_array().ok_or_else(|| bad("routes is not a list"))? {
+            for r in routes
+                .as_array()
+                .ok_or_else(|| bad("routes is not a list"))?
+            {
                 let d = r
                     .get("dst")
                     .and_then(Value::as_str)

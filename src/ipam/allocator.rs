@@ -173,7 +173,9 @@ impl IpamConfig {
             if let Err(e) = store.sync_dir() {
                 log::warn!("network {network}: {e}");
             }
-            log::warn!("network {network}: allocation for {container_id}/{ifname} failed: {failure}");
+            log::warn!(
+                "network {network}: allocation for {container_id}/{ifname} failed: {failure}"
+            );
             return Err(failure);
         }
         Ok(Allocation {
@@ -361,14 +363,23 @@ mod tests {
     #[test]
     fn first_allocation_skips_network_and_gateway_and_writes_host_local_files() {
         let d = tempfile::tempdir().unwrap();
-        let c = config(d.path(), json!({"subnet": "10.0.0.0/29", "routes": [{"dst": "0.0.0.0/0"}]}));
+        let c = config(
+            d.path(),
+            json!({"subnet": "10.0.0.0/29", "routes": [{"dst": "0.0.0.0/0"}]}),
+        );
         let a = c.allocate(NET, "cid1", "net1", T).unwrap();
         assert_eq!(addrs(&a), ["10.0.0.2/29"]);
         assert_eq!(a.ips[0].gateway, Some(ip("10.0.0.1")));
         assert_eq!(a.routes, c.routes);
         // Byte-exact host-local format.
-        assert_eq!(fs::read(net_dir(&c).join("10.0.0.2")).unwrap(), b"cid1\r\nnet1");
-        assert_eq!(fs::read(net_dir(&c).join("last_reserved_ip.0")).unwrap(), b"10.0.0.2");
+        assert_eq!(
+            fs::read(net_dir(&c).join("10.0.0.2")).unwrap(),
+            b"cid1\r\nnet1"
+        );
+        assert_eq!(
+            fs::read(net_dir(&c).join("last_reserved_ip.0")).unwrap(),
+            b"10.0.0.2"
+        );
         assert!(net_dir(&c).join("lock").is_file());
         let mut names: Vec<String> = fs::read_dir(net_dir(&c))
             .unwrap()
@@ -383,9 +394,15 @@ mod tests {
         // allocator_test.go "should allocate in a round-robin fashion"
         let d = tempfile::tempdir().unwrap();
         let c = config(d.path(), json!({"subnet": "192.168.1.0/29"}));
-        assert_eq!(addrs(&c.allocate(NET, "ID", "eth0", T).unwrap()), ["192.168.1.2/29"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "ID", "eth0", T).unwrap()),
+            ["192.168.1.2/29"]
+        );
         assert_eq!(c.release(NET, "ID", "eth0", T).unwrap(), 1);
-        assert_eq!(addrs(&c.allocate(NET, "ID", "eth0", T).unwrap()), ["192.168.1.3/29"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "ID", "eth0", T).unwrap()),
+            ["192.168.1.3/29"]
+        );
     }
 
     #[test]
@@ -394,11 +411,20 @@ mod tests {
         let c = config(d.path(), json!({"subnet": "10.0.0.0/29"}));
         fs::create_dir_all(net_dir(&c)).unwrap();
         fs::write(net_dir(&c).join("last_reserved_ip.0"), "10.0.0.5").unwrap();
-        assert_eq!(addrs(&c.allocate(NET, "a", "eth0", T).unwrap()), ["10.0.0.6/29"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "a", "eth0", T).unwrap()),
+            ["10.0.0.6/29"]
+        );
         assert_eq!(read(&c, "last_reserved_ip.0"), "10.0.0.6");
         // Wraps to the start, skipping the gateway .1.
-        assert_eq!(addrs(&c.allocate(NET, "b", "eth0", T).unwrap()), ["10.0.0.2/29"]);
-        assert_eq!(addrs(&c.allocate(NET, "c", "eth0", T).unwrap()), ["10.0.0.3/29"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "b", "eth0", T).unwrap()),
+            ["10.0.0.2/29"]
+        );
+        assert_eq!(
+            addrs(&c.allocate(NET, "c", "eth0", T).unwrap()),
+            ["10.0.0.3/29"]
+        );
     }
 
     #[test]
@@ -411,9 +437,24 @@ mod tests {
             (&["10.0.0.0/30"], &[], None, "10.0.0.2"),
             (&["10.0.0.0/29"], &["10.0.0.2"], None, "10.0.0.3"),
             (&["10.0.0.0/29"], &[], Some("10.0.0.5"), "10.0.0.6"),
-            (&["10.0.0.0/29"], &["10.0.0.4", "10.0.0.5"], Some("10.0.0.3"), "10.0.0.6"),
-            (&["10.0.0.0/29"], &["10.0.0.6"], Some("10.0.0.5"), "10.0.0.2"),
-            (&["10.0.0.0/29"], &["10.0.0.2"], Some("10.0.0.128"), "10.0.0.3"),
+            (
+                &["10.0.0.0/29"],
+                &["10.0.0.4", "10.0.0.5"],
+                Some("10.0.0.3"),
+                "10.0.0.6",
+            ),
+            (
+                &["10.0.0.0/29"],
+                &["10.0.0.6"],
+                Some("10.0.0.5"),
+                "10.0.0.2",
+            ),
+            (
+                &["10.0.0.0/29"],
+                &["10.0.0.2"],
+                Some("10.0.0.128"),
+                "10.0.0.3",
+            ),
             (
                 &["10.0.0.0/29"],
                 &["10.0.0.2", "10.0.0.4", "10.0.0.5", "10.0.0.6"],
@@ -421,7 +462,12 @@ mod tests {
                 "10.0.0.3",
             ),
             (&["10.0.0.0/30", "10.0.1.0/30"], &[], None, "10.0.0.2"),
-            (&["10.0.0.0/30", "10.0.1.0/30"], &[], Some("10.0.0.2"), "10.0.1.2"),
+            (
+                &["10.0.0.0/30", "10.0.1.0/30"],
+                &[],
+                Some("10.0.0.2"),
+                "10.0.1.2",
+            ),
             (
                 &["10.0.0.0/30", "10.0.1.0/30", "10.0.2.0/30"],
                 &[],
@@ -458,7 +504,10 @@ mod tests {
         match &e {
             IpamError::Exhausted(m) => {
                 assert!(m.contains("network ibnet"), "{m}");
-                assert!(m.contains("no IP addresses available in range set 0: 192.168.1.1-192.168.1.6"), "{m}");
+                assert!(
+                    m.contains("no IP addresses available in range set 0: 192.168.1.1-192.168.1.6"),
+                    "{m}"
+                );
             }
             other => panic!("expected Exhausted, got {other:?}"),
         }
@@ -473,8 +522,14 @@ mod tests {
             d.path(),
             json!({"subnet": "10.9.0.0/30", "rangeStart": "10.9.0.0", "rangeEnd": "10.9.0.3"}),
         );
-        assert_eq!(addrs(&c.allocate(NET, "a", "eth0", T).unwrap()), ["10.9.0.2/30"]);
-        assert!(matches!(c.allocate(NET, "b", "eth0", T), Err(IpamError::Exhausted(_))));
+        assert_eq!(
+            addrs(&c.allocate(NET, "a", "eth0", T).unwrap()),
+            ["10.9.0.2/30"]
+        );
+        assert!(matches!(
+            c.allocate(NET, "b", "eth0", T),
+            Err(IpamError::Exhausted(_))
+        ));
     }
 
     #[test]
@@ -496,8 +551,14 @@ mod tests {
         let b = c.allocate(NET, "cid", "net2", T).unwrap();
         assert_eq!(addrs(&b), ["10.0.0.3/24", "fd00::3/120"]);
         assert_eq!(read(&c, "fd00::3"), "cid\r\nnet2");
-        assert_eq!(c.lookup(NET, "cid", "net1").unwrap(), [ip("10.0.0.2"), ip("fd00::2")]);
-        assert_eq!(c.lookup(NET, "cid", "net2").unwrap(), [ip("10.0.0.3"), ip("fd00::3")]);
+        assert_eq!(
+            c.lookup(NET, "cid", "net1").unwrap(),
+            [ip("10.0.0.2"), ip("fd00::2")]
+        );
+        assert_eq!(
+            c.lookup(NET, "cid", "net2").unwrap(),
+            [ip("10.0.0.3"), ip("fd00::3")]
+        );
         assert!(c.lookup(NET, "cid", "net3").unwrap().is_empty());
     }
 
@@ -555,8 +616,14 @@ mod tests {
         fs::write(net_dir(&c).join("10.0.0.50"), "oldcid").unwrap();
         // GetByID matches legacy content: lookup and allocate see it.
         assert_eq!(c.lookup(NET, "oldcid", "eth0").unwrap(), [ip("10.0.0.50")]);
-        assert_eq!(addrs(&c.allocate(NET, "oldcid", "eth0", T).unwrap()), ["10.0.0.50/24"]);
-        assert_eq!(c.list(NET).unwrap(), [(ip("10.0.0.50"), "oldcid".into(), String::new())]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "oldcid", "eth0", T).unwrap()),
+            ["10.0.0.50/24"]
+        );
+        assert_eq!(
+            c.list(NET).unwrap(),
+            [(ip("10.0.0.50"), "oldcid".into(), String::new())]
+        );
         // ReleaseByID: no exact match, so the legacy file goes.
         assert_eq!(c.release(NET, "oldcid", "eth0", T).unwrap(), 1);
         assert!(ip_files(&c).is_empty());
@@ -580,7 +647,10 @@ mod tests {
         fs::write(net_dir(&c).join("10.0.0.2"), "hl-cid\r\neth0").unwrap();
         fs::write(net_dir(&c).join("10.0.0.3"), "hl-cid2\r\neth0").unwrap();
         fs::write(net_dir(&c).join("last_reserved_ip.0"), "10.0.0.3").unwrap();
-        assert_eq!(addrs(&c.allocate(NET, "ours", "net1", T).unwrap()), ["10.0.0.4/29"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "ours", "net1", T).unwrap()),
+            ["10.0.0.4/29"]
+        );
         assert_eq!(c.free_counts(NET).unwrap(), [2]);
         let l = c.list(NET).unwrap();
         assert_eq!(
@@ -640,14 +710,20 @@ mod tests {
             (NET, "cid", ""),
         ] {
             let bad = |r: Result<(), IpamError>| {
-                assert!(matches!(r, Err(IpamError::InvalidConfig(_))), "{net:?} {cid:?} {ifn:?}")
+                assert!(
+                    matches!(r, Err(IpamError::InvalidConfig(_))),
+                    "{net:?} {cid:?} {ifn:?}"
+                )
             };
             bad(c.allocate(net, cid, ifn, T).map(|_| ()));
             bad(c.release(net, cid, ifn, T).map(|_| ()));
             bad(c.lookup(net, cid, ifn).map(|_| ()));
         }
         assert!(matches!(c.list("../x"), Err(IpamError::InvalidConfig(_))));
-        assert!(matches!(c.free_counts("a/b"), Err(IpamError::InvalidConfig(_))));
+        assert!(matches!(
+            c.free_counts("a/b"),
+            Err(IpamError::InvalidConfig(_))
+        ));
         assert!(!c.data_dir().exists(), "nothing may be created");
         assert!(!d.path().join("escape").exists());
     }
@@ -663,12 +739,21 @@ mod tests {
         holder.lock().unwrap();
         let t = Duration::from_millis(100);
         let e = c.allocate(NET, "second", "eth0", t).unwrap_err();
-        assert!(matches!(&e, IpamError::Busy(m) if m.contains("ibnet/lock")), "{e:?}");
+        assert!(
+            matches!(&e, IpamError::Busy(m) if m.contains("ibnet/lock")),
+            "{e:?}"
+        );
         assert_eq!(e.cni_code(), 11);
-        assert!(matches!(c.release(NET, "first", "eth0", t), Err(IpamError::Busy(_))));
+        assert!(matches!(
+            c.release(NET, "first", "eth0", t),
+            Err(IpamError::Busy(_))
+        ));
         assert_eq!(ip_files(&c), ["10.0.0.2"]);
         holder.unlock().unwrap();
-        assert_eq!(addrs(&c.allocate(NET, "second", "eth0", t).unwrap()), ["10.0.0.3/24"]);
+        assert_eq!(
+            addrs(&c.allocate(NET, "second", "eth0", t).unwrap()),
+            ["10.0.0.3/24"]
+        );
         assert_eq!(c.release(NET, "first", "eth0", t).unwrap(), 1);
     }
 

@@ -114,7 +114,9 @@ impl IpamConfig {
     /// `"route <i>: ..."` for a missing/invalid `dst` or invalid `gw`.
     pub fn from_json(ipam: &serde_json::Value) -> Result<IpamConfig, IpamError> {
         if !ipam.is_object() {
-            return Err(invalid(format!("\"ipam\" must be a JSON object, got {ipam}")));
+            return Err(invalid(format!(
+                "\"ipam\" must be a JSON object, got {ipam}"
+            )));
         }
         let raw: RawIpam = serde_json::from_value(ipam.clone())
             .map_err(|e| invalid(format!("cannot parse \"ipam\": {e}")))?;
@@ -266,7 +268,10 @@ mod tests {
         .unwrap();
         assert!(c.ranges[0].is_ipv4());
         assert!(!c.ranges[1].is_ipv4());
-        assert_eq!(c.ranges[1].ranges[0].range_end, ip("2001:db8::ffff:ffff:ffff:ffff"));
+        assert_eq!(
+            c.ranges[1].ranges[0].range_end,
+            ip("2001:db8::ffff:ffff:ffff:ffff")
+        );
         assert_eq!(c.data_dir(), Path::new(DEFAULT_DATA_DIR));
         assert_eq!(c.ipam_type, "");
     }
@@ -295,7 +300,10 @@ mod tests {
 
     #[test]
     fn rejects_missing_ranges() {
-        assert_eq!(err(json!({"type": "ib-sriov-ipam"})), "no IP ranges specified");
+        assert_eq!(
+            err(json!({"type": "ib-sriov-ipam"})),
+            "no IP ranges specified"
+        );
         assert_eq!(err(json!({"ranges": []})), "no IP ranges specified");
         assert_eq!(
             err(json!({"ranges": [[]]})),
@@ -347,8 +355,10 @@ mod tests {
             "range set 0 (10.1.0.1-10.1.0.254,10.2.0.1-10.2.0.254) overlaps with range set 2 (10.1.0.1-10.1.0.254)"
         );
         // The legacy subnet is range set 0.
-        assert!(err(json!({"subnet": "10.0.0.0/24", "ranges": [[{"subnet": "10.0.0.0/25"}]]}))
-            .starts_with("range set 0 (10.0.0.1-10.0.0.254) overlaps with range set 1"));
+        assert!(
+            err(json!({"subnet": "10.0.0.0/24", "ranges": [[{"subnet": "10.0.0.0/25"}]]}))
+                .starts_with("range set 0 (10.0.0.1-10.0.0.254) overlaps with range set 1")
+        );
         // Same subnet, disjoint ranges: fine.
         IpamConfig::from_json(&json!({"ranges": [
             [{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.0.127"}],
@@ -360,16 +370,23 @@ mod tests {
     #[test]
     fn rejects_mixed_families_in_a_set() {
         // config_test.go "should error on rangesets with different families"
-        assert!(err(json!({"ranges": [[{"subnet": "192.168.0.0/24"}, {"subnet": "fd00::/64"}]]}))
-            .starts_with("invalid range set 0: mixed address families"));
+        assert!(
+            err(json!({"ranges": [[{"subnet": "192.168.0.0/24"}, {"subnet": "fd00::/64"}]]}))
+                .starts_with("invalid range set 0: mixed address families")
+        );
     }
 
     #[test]
     fn rejects_bad_routes() {
         let base = |routes: serde_json::Value| json!({"subnet": "10.0.0.0/24", "routes": routes});
-        assert_eq!(err(base(json!([{"gw": "10.0.0.1"}]))), "route 0: missing \"dst\"");
-        assert!(err(base(json!([{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0"}])))
-            .starts_with("route 1: dst \"10.9.0.0\" is not in CIDR notation"));
+        assert_eq!(
+            err(base(json!([{"gw": "10.0.0.1"}]))),
+            "route 0: missing \"dst\""
+        );
+        assert!(
+            err(base(json!([{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0"}])))
+                .starts_with("route 1: dst \"10.9.0.0\" is not in CIDR notation")
+        );
         assert_eq!(
             err(base(json!([{"dst": "0.0.0.0/0", "gw": "x"}]))),
             "route 0: gw \"x\" is not an IP address"

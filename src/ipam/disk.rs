@@ -217,7 +217,10 @@ impl DiskStore {
             Ok(s) => s.trim().parse::<IpAddr>().ok().map(canonical_ip),
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => {
-                log::warn!("error retrieving last reserved ip from {}: {e}", path.display());
+                log::warn!(
+                    "error retrieving last reserved ip from {}: {e}",
+                    path.display()
+                );
                 None
             }
         }
@@ -284,9 +287,15 @@ mod tests {
         assert!(s.reserve(ip("10.0.0.2"), "abc123", "net1").unwrap());
         let path = s.dir().join("10.0.0.2");
         assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         assert!(s.reserve(ip("2001:db8::2"), "abc123", "net2").unwrap());
-        assert_eq!(fs::read(s.dir().join("2001:db8::2")).unwrap(), b"abc123\r\nnet2");
+        assert_eq!(
+            fs::read(s.dir().join("2001:db8::2")).unwrap(),
+            b"abc123\r\nnet2"
+        );
         // O_EXCL: a second reservation fails and leaves the content alone.
         assert!(!s.reserve(ip("10.0.0.2"), "other", "eth0").unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
@@ -300,12 +309,22 @@ mod tests {
         assert_eq!(s.last_reserved_ip(0), None);
         s.set_last_reserved_ip(0, ip("10.0.0.5")).unwrap();
         s.set_last_reserved_ip(1, ip("2001:db8::5")).unwrap();
-        assert_eq!(fs::read(s.dir().join("last_reserved_ip.0")).unwrap(), b"10.0.0.5");
-        assert_eq!(fs::read(s.dir().join("last_reserved_ip.1")).unwrap(), b"2001:db8::5");
+        assert_eq!(
+            fs::read(s.dir().join("last_reserved_ip.0")).unwrap(),
+            b"10.0.0.5"
+        );
+        assert_eq!(
+            fs::read(s.dir().join("last_reserved_ip.1")).unwrap(),
+            b"2001:db8::5"
+        );
         assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.5")));
         s.set_last_reserved_ip(0, ip("10.0.0.6")).unwrap();
         assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.6")));
-        let mode = fs::metadata(s.last_ip_path(0)).unwrap().permissions().mode() & 0o777;
+        let mode = fs::metadata(s.last_ip_path(0))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o600);
         // No temp file left behind.
         let names: Vec<_> = fs::read_dir(s.dir())
@@ -332,11 +351,17 @@ mod tests {
         let recs = s.scan().unwrap();
         assert_eq!(recs.len(), 3);
         assert_eq!(recs[0].ip, ip("10.0.0.2"));
-        assert_eq!((recs[0].container_id.as_str(), recs[0].ifname.as_str()), ("cid-a", "net1"));
+        assert_eq!(
+            (recs[0].container_id.as_str(), recs[0].ifname.as_str()),
+            ("cid-a", "net1")
+        );
         assert!(recs[0].matches("cid-a", "net1"));
         assert!(!recs[0].matches("cid-a", "net2"));
         assert!(!recs[0].matches_legacy("cid-a"));
-        assert_eq!((recs[2].container_id.as_str(), recs[2].ifname.as_str()), ("legacy-cid", ""));
+        assert_eq!(
+            (recs[2].container_id.as_str(), recs[2].ifname.as_str()),
+            ("legacy-cid", "")
+        );
         assert!(recs[2].matches_legacy("legacy-cid"));
         assert!(!recs[2].matches("legacy-cid", "eth0"));
     }

@@ -129,7 +129,9 @@ mod tests {
             .unwrap_err();
         let waited = t0.elapsed();
         match &err {
-            IpamError::Busy(m) => assert!(m.contains(&dir.path().join("lock").display().to_string())),
+            IpamError::Busy(m) => {
+                assert!(m.contains(&dir.path().join("lock").display().to_string()))
+            }
             other => panic!("expected Busy, got {other:?}"),
         }
         assert!(waited >= Duration::from_millis(150), "{waited:?}");
@@ -173,8 +175,15 @@ mod tests {
     #[test]
     fn missing_directory_is_an_io_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err = FileLock::acquire(&dir.path().join("nope"), LockMode::Exclusive, Duration::ZERO)
-            .unwrap_err();
-        assert!(matches!(err, IpamError::Io(ref m) if m.contains("nope/lock")), "{err:?}");
+        let err = FileLock::acquire(
+            &dir.path().join("nope"),
+            LockMode::Exclusive,
+            Duration::ZERO,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, IpamError::Io(ref m) if m.contains("nope/lock")),
+            "{err:?}"
+        );
     }
 }

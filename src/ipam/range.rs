@@ -322,7 +322,12 @@ mod tests {
 
     #[test]
     fn rejects_too_small_networks() {
-        for s in ["192.0.2.0/31", "192.0.2.0/32", "2001:db8::/127", "2001:db8::/128"] {
+        for s in [
+            "192.0.2.0/31",
+            "192.0.2.0/32",
+            "2001:db8::/127",
+            "2001:db8::/128",
+        ] {
             let e = Range::new(s, None, None, None).unwrap_err();
             assert_eq!(e, format!("Network {s} too small to allocate from"));
         }
@@ -377,7 +382,12 @@ mod tests {
 
     #[test]
     fn contains_checks_family_subnet_and_bounds() {
-        let x = r("192.168.1.0/24", Some("192.168.1.10"), Some("192.168.1.20"), None);
+        let x = r(
+            "192.168.1.0/24",
+            Some("192.168.1.10"),
+            Some("192.168.1.20"),
+            None,
+        );
         assert!(x.contains(ip("192.168.1.10")));
         assert!(x.contains(ip("192.168.1.20")));
         assert!(x.contains(ip("::ffff:192.168.1.15")));
@@ -385,7 +395,12 @@ mod tests {
         assert!(!x.contains(ip("192.168.1.21")));
         assert!(!x.contains(ip("192.168.2.15")));
         assert!(!x.contains(ip("2001:db8::15")));
-        let y = r("2001:db8:1::/64", Some("2001:db8:1::10"), Some("2001:db8:1::20"), None);
+        let y = r(
+            "2001:db8:1::/64",
+            Some("2001:db8:1::10"),
+            Some("2001:db8:1::20"),
+            None,
+        );
         assert!(y.contains(ip("2001:db8:1::10")));
         assert!(!y.contains(ip("2001:db8:1::21")));
         assert!(!y.contains(ip("192.168.1.15")));
@@ -395,10 +410,26 @@ mod tests {
     fn overlaps_table_from_host_local() {
         // range_test.go "Detecting overlap"
         let cases = [
-            (r("10.0.0.0/24", None, None, None), r("10.0.1.0/24", None, None, None), false),
-            (r("10.0.0.0/24", None, None, None), r("::/24", None, Some("::1:0"), None), false),
-            (r("10.0.0.0/24", None, None, None), r("10.0.0.0/24", None, None, None), true),
-            (r("10.0.0.0/20", None, None, None), r("10.0.1.0/24", None, None, None), true),
+            (
+                r("10.0.0.0/24", None, None, None),
+                r("10.0.1.0/24", None, None, None),
+                false,
+            ),
+            (
+                r("10.0.0.0/24", None, None, None),
+                r("::/24", None, Some("::1:0"), None),
+                false,
+            ),
+            (
+                r("10.0.0.0/24", None, None, None),
+                r("10.0.0.0/24", None, None, None),
+                true,
+            ),
+            (
+                r("10.0.0.0/20", None, None, None),
+                r("10.0.1.0/24", None, None, None),
+                true,
+            ),
             (
                 r("10.0.0.0/24", None, Some("10.0.0.127"), None),
                 r("10.0.0.0/24", Some("10.0.0.128"), None, None),
@@ -422,7 +453,12 @@ mod tests {
         assert!(x.is_network_or_broadcast(ip_to_u128(ip("10.0.0.0"))));
         assert!(x.is_network_or_broadcast(ip_to_u128(ip("10.0.0.7"))));
         assert!(!x.is_network_or_broadcast(ip_to_u128(ip("10.0.0.6"))));
-        let y = r("2001:db8::/126", Some("2001:db8::"), Some("2001:db8::3"), None);
+        let y = r(
+            "2001:db8::/126",
+            Some("2001:db8::"),
+            Some("2001:db8::3"),
+            None,
+        );
         assert!(y.is_network_or_broadcast(ip_to_u128(ip("2001:db8::"))));
         assert!(!y.is_network_or_broadcast(ip_to_u128(ip("2001:db8::3"))));
     }

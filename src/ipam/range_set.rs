@@ -21,7 +21,9 @@ impl RangeSet {
     /// Errors: `"empty range set"`, `"mixed address families"` (naming the
     /// ranges), `"subnets <a> and <b> overlap"` (ranges as `start-end`).
     pub fn new(ranges: Vec<Range>) -> Result<RangeSet, String> {
-        let first = ranges.first().ok_or_else(|| "empty range set".to_string())?;
+        let first = ranges
+            .first()
+            .ok_or_else(|| "empty range set".to_string())?;
         if let Some(other) = ranges.iter().find(|r| r.is_ipv4() != first.is_ipv4()) {
             return Err(format!(
                 "mixed address families: {} ({}) and {} ({})",
@@ -91,7 +93,8 @@ impl RangeSet {
         let mut total: u128 = 0;
         for (idx, r) in self.ranges.iter().enumerate() {
             // Distinct excluded ordinals inside this range.
-            let mut excluded: Vec<u128> = self.ranges.iter().map(|x| ip_to_u128(x.gateway)).collect();
+            let mut excluded: Vec<u128> =
+                self.ranges.iter().map(|x| ip_to_u128(x.gateway)).collect();
             excluded.push(r.network());
             excluded.extend(r.broadcast());
             excluded.retain(|&v| r.start() <= v && v <= r.end());
@@ -238,7 +241,13 @@ mod tests {
         let s = simple(&["192.168.1.0/29"]);
         assert_eq!(
             ips(s.iter(None)),
-            ["192.168.1.2", "192.168.1.3", "192.168.1.4", "192.168.1.5", "192.168.1.6"]
+            [
+                "192.168.1.2",
+                "192.168.1.3",
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6"
+            ]
         );
     }
 
@@ -247,7 +256,13 @@ mod tests {
         let s = simple(&["192.168.1.0/29"]);
         assert_eq!(
             ips(s.iter(Some(ip("192.168.1.6")))),
-            ["192.168.1.2", "192.168.1.3", "192.168.1.4", "192.168.1.5", "192.168.1.6"]
+            [
+                "192.168.1.2",
+                "192.168.1.3",
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6"
+            ]
         );
     }
 
@@ -256,7 +271,13 @@ mod tests {
         let s = simple(&["192.168.1.0/29"]);
         assert_eq!(
             ips(s.iter(Some(ip("192.168.1.3")))),
-            ["192.168.1.4", "192.168.1.5", "192.168.1.6", "192.168.1.2", "192.168.1.3"]
+            [
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6",
+                "192.168.1.2",
+                "192.168.1.3"
+            ]
         );
     }
 
@@ -271,10 +292,7 @@ mod tests {
     fn advances_and_rolls_over_ranges() {
         // allocator_test.go "advance to next subnet" / "Roll to start subnet"
         let s = simple(&["10.0.0.0/30", "10.0.1.0/30", "10.0.2.0/30"]);
-        assert_eq!(
-            ips(s.iter(None)),
-            ["10.0.0.2", "10.0.1.2", "10.0.2.2"]
-        );
+        assert_eq!(ips(s.iter(None)), ["10.0.0.2", "10.0.1.2", "10.0.2.2"]);
         assert_eq!(ips(s.iter(Some(ip("10.0.0.2"))))[0], "10.0.1.2");
         assert_eq!(ips(s.iter(Some(ip("10.0.2.2"))))[0], "10.0.0.2");
     }
@@ -284,14 +302,30 @@ mod tests {
         // host-local's multi-range test sets rangeStart to the network
         // address (and would hand it out); we skip it, and the broadcast.
         let s = set(&[
-            ("192.168.1.0/30", Some("192.168.1.0"), Some("192.168.1.3"), None),
-            ("192.168.2.0/30", Some("192.168.2.0"), Some("192.168.2.3"), Some("192.168.2.2")),
+            (
+                "192.168.1.0/30",
+                Some("192.168.1.0"),
+                Some("192.168.1.3"),
+                None,
+            ),
+            (
+                "192.168.2.0/30",
+                Some("192.168.2.0"),
+                Some("192.168.2.3"),
+                Some("192.168.2.2"),
+            ),
         ]);
         assert_eq!(ips(s.iter(None)), ["192.168.1.2", "192.168.2.1"]);
         assert_eq!(s.allocatable_count(), 2);
         assert_eq!(s.allocatable_range(ip("192.168.1.2")), Some(0));
         assert_eq!(s.allocatable_range(ip("192.168.2.1")), Some(1));
-        for bad in ["192.168.1.0", "192.168.1.1", "192.168.1.3", "192.168.2.2", "192.168.3.1"] {
+        for bad in [
+            "192.168.1.0",
+            "192.168.1.1",
+            "192.168.1.3",
+            "192.168.2.2",
+            "192.168.3.1",
+        ] {
             assert_eq!(s.allocatable_range(ip(bad)), None, "{bad}");
         }
     }
@@ -299,10 +333,23 @@ mod tests {
     #[test]
     fn gateway_of_another_range_in_the_set_is_skipped() {
         let s = set(&[
-            ("10.0.0.0/24", Some("10.0.0.10"), Some("10.0.0.12"), Some("10.0.0.1")),
-            ("10.0.0.0/24", Some("10.0.0.20"), Some("10.0.0.21"), Some("10.0.0.11")),
+            (
+                "10.0.0.0/24",
+                Some("10.0.0.10"),
+                Some("10.0.0.12"),
+                Some("10.0.0.1"),
+            ),
+            (
+                "10.0.0.0/24",
+                Some("10.0.0.20"),
+                Some("10.0.0.21"),
+                Some("10.0.0.11"),
+            ),
         ]);
-        assert_eq!(ips(s.iter(None)), ["10.0.0.10", "10.0.0.12", "10.0.0.20", "10.0.0.21"]);
+        assert_eq!(
+            ips(s.iter(None)),
+            ["10.0.0.10", "10.0.0.12", "10.0.0.20", "10.0.0.21"]
+        );
         assert_eq!(s.allocatable_count(), 4);
     }
 
@@ -333,7 +380,12 @@ mod tests {
         for s in [
             simple(&["10.0.0.0/29"]),
             simple(&["10.0.0.0/30", "10.0.1.0/28"]),
-            set(&[("10.0.0.0/28", Some("10.0.0.0"), Some("10.0.0.15"), Some("10.0.0.7"))]),
+            set(&[(
+                "10.0.0.0/28",
+                Some("10.0.0.0"),
+                Some("10.0.0.15"),
+                Some("10.0.0.7"),
+            )]),
         ] {
             assert_eq!(s.iter(None).count() as u128, s.allocatable_count(), "{s}");
         }

@@ -152,7 +152,12 @@ impl Netlink {
 
     /// The link named `name`, or `None` when the namespace has none.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
-        let mut req = std::pin::pin!(self.handle.link().get().match_name(name.to_string()).execute());
+        let mut req = std::pin::pin!(self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute());
         match self.rt.block_on(req.try_next()) {
             Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
             Err(e) => {
@@ -200,13 +205,19 @@ impl Netlink {
 
     /// Sets IFF_UP on the link.
     pub fn set_up(&self, index: u32) -> Result<(), NlError> {
-        let m = LinkMessageBuilder::<LinkUnspec>::new().index(index).up().build();
+        let m = LinkMessageBuilder::<LinkUnspec>::new()
+            .index(index)
+            .up()
+            .build();
         self.set(format!("set link {index} up"), m)
     }
 
     /// Clears IFF_UP on the link.
     pub fn set_down(&self, index: u32) -> Result<(), NlError> {
-        let m = LinkMessageBuilder::<LinkUnspec>::new().index(index).down().build();
+        let m = LinkMessageBuilder::<LinkUnspec>::new()
+            .index(index)
+            .down()
+            .build();
         self.set(format!("set link {index} down"), m)
     }
 

@@ -7,12 +7,12 @@
 //! message of their own. `struct ifla_vf_guid` is 16 bytes on 64-bit (4 bytes padding
 //! after `vf`); netlink-packet-route >= 0.34 encodes it so.
 
-use super::{Link, NlError, Netlink};
+use super::{Link, Netlink, NlError};
 use crate::types::{Guid, LinkState, VfIndex};
 use futures::TryStreamExt;
 use netlink_packet_route::link::{
-    LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfInfoGuid,
-    VfInfoLinkState, VfLinkState,
+    LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState,
+    VfLinkState,
 };
 use netlink_packet_route::AddressFamily;
 
@@ -98,7 +98,12 @@ impl Netlink {
 
     /// Sets `IFLA_VF_LINK_STATE` of VF `vf` on PF `pf`.
     /// `EOPNOTSUPP` when the PF driver has no `ndo_set_vf_link_state`.
-    pub fn set_vf_link_state(&self, pf: &Link, vf: VfIndex, state: LinkState) -> Result<(), NlError> {
+    pub fn set_vf_link_state(
+        &self,
+        pf: &Link,
+        vf: VfIndex,
+        state: LinkState,
+    ) -> Result<(), NlError> {
         let info = VfInfo::LinkState(VfInfoLinkState::new(
             vf.0,
             VfLinkState::from(state.to_netlink()),
@@ -111,7 +116,13 @@ impl Netlink {
 
     /// Sets the node or port GUID of VF `vf` on PF `pf` (one attribute per message).
     /// `EOPNOTSUPP` when the PF driver has no `ndo_set_vf_guid`.
-    pub fn set_vf_guid(&self, pf: &Link, vf: VfIndex, kind: GuidKind, guid: Guid) -> Result<(), NlError> {
+    pub fn set_vf_guid(
+        &self,
+        pf: &Link,
+        vf: VfIndex,
+        kind: GuidKind,
+        guid: Guid,
+    ) -> Result<(), NlError> {
         let g = VfInfoGuid::new(vf.0, guid.0);
         let info = match kind {
             GuidKind::Node => VfInfo::IbNodeGuid(g),
@@ -146,12 +157,20 @@ mod tests {
         assert_eq!(u16::from_ne_bytes([info[2], info[3]]) & 0x3fff, 1);
         let guid = &info[4..];
         assert_eq!(u16::from_ne_bytes([guid[0], guid[1]]), 4 + 16, "nla_len");
-        assert_eq!(u16::from_ne_bytes([guid[2], guid[3]]), 10, "IFLA_VF_IB_NODE_GUID");
+        assert_eq!(
+            u16::from_ne_bytes([guid[2], guid[3]]),
+            10,
+            "IFLA_VF_IB_NODE_GUID"
+        );
         let payload = &guid[4..20];
         assert_eq!(&payload[0..4], &3u32.to_ne_bytes());
         assert_eq!(&payload[4..8], &[0, 0, 0, 0]);
         assert_eq!(&payload[8..16], &0x1122_3344_5566_7788u64.to_ne_bytes());
-        assert_eq!(u32::from_ne_bytes(buf[4..8].try_into().unwrap()), 7, "ifi_index");
+        assert_eq!(
+            u32::from_ne_bytes(buf[4..8].try_into().unwrap()),
+            7,
+            "ifi_index"
+        );
     }
 
     #[test]

@@ -37,7 +37,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             super::del::teardown(ctx, &stale)?;
         }
         Ok(None) => {}
-        Err(e) => return Err(CniError::new(code::IO_FAILURE, format!("reading journal: {e}"))),
+        Err(e) => {
+            return Err(CniError::new(
+                code::IO_FAILURE,
+                format!("reading journal: {e}"),
+            ))
+        }
     }
 
     let dev = ctx
@@ -117,7 +122,9 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
 
     // Original state, read before anything changes.
     let pf_link = match &dev.pf_netdev {
-        Some(n) => host_nl.link_by_name(n).map_err(|e| CniError::host(e.to_string()))?,
+        Some(n) => host_nl
+            .link_by_name(n)
+            .map_err(|e| CniError::host(e.to_string()))?,
         None => None,
     };
     let view = PfView {
@@ -329,7 +336,12 @@ fn steps(
     let pl = pod_nl
         .link_by_name(&env.ifname)
         .map_err(|e| CniError::host(e.to_string()))?
-        .ok_or_else(|| CniError::host(format!("{} vanished after the move into the pod", env.ifname)))?;
+        .ok_or_else(|| {
+            CniError::host(format!(
+                "{} vanished after the move into the pod",
+                env.ifname
+            ))
+        })?;
     pod_nl
         .set_up(pl.index)
         .map_err(|e| CniError::host(e.to_string()))?;
@@ -349,7 +361,12 @@ fn steps(
         let (ips, routes) = match ipam {
             Ipam::Builtin(c) => {
                 let a = c
-                    .allocate(&conf.name, &env.container_id, &env.ifname, conf.lock_timeout)
+                    .allocate(
+                        &conf.name,
+                        &env.container_id,
+                        &env.ifname,
+                        conf.lock_timeout,
+                    )
                     .map_err(ipam_error)?;
                 let ips: Vec<IpConfig> = a
                     .ips
@@ -363,7 +380,10 @@ fn steps(
                 let routes: Vec<Route> = a
                     .routes
                     .iter()
-                    .map(|r| Route { dst: r.dst, gw: r.gw })
+                    .map(|r| Route {
+                        dst: r.dst,
+                        gw: r.gw,
+                    })
                     .collect();
                 (ips, routes)
             }
@@ -387,6 +407,13 @@ fn finish(ctx: &Ctx, j: &mut Journal) -> Result<(), CniError> {
 /// Unbinds and binds the VF's driver so a new GUID takes effect (mlx5), then finds the
 /// re-created netdev by PCI address (its ifindex and maybe its name are new).
 pub(super) fn rebind(ctx: &Ctx, host_nl: &Netlink, j: &Journal) -> Result<Link, CniError> {
+    rebind_driver(ctx, j)?;
+    find_netdev_after_rebind(ctx, host_nl, j)
+}
+
+/// Writes the VF address to its driver's `unbind`, then `bind` (sysfs
+/// `/sys/bus/pci/drivers/<driver>/{unbind,bind}`).
+pub(super) fn rebind_driver(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
     let driver = ctx
         .sysfs
         .driver(j.vf)
@@ -398,6 +425,18 @@ pub(super) fn rebind(ctx: &Ctx, host_nl: &Netlink, j: &Journal) -> Result<Link, 
     ctx.sysfs
         .bind(j.vf, &driver)
         .map_err(|e| CniError::host(format!("binding VF {} to {driver}: {e}", j.vf)))?;
+    log::info!("rebound VF {} ({driver})", j.vf);
+    Ok(())
+}
+
+/// Waits (bounded by [`NETDEV_WAIT`]) for the VF's netdev to reappear under
+/// `<VF>/net/` and returns it as a link (never looked up by its old name: the rebind
+/// may rename it, ib-sriov-cni#217).
+pub(super) fn find_netdev_after_rebind(
+    ctx: &Ctx,
+    host_nl: &Netlink,
+    j: &Journal,
+) -> Result<Link, CniError> {
     let name = ctx
         .sysfs
         .wait_for_netdev(j.vf, NETDEV_WAIT)
@@ -405,7 +444,12 @@ pub(super) fn rebind(ctx: &Ctx, host_nl: &Netlink, j: &Journal) -> Result<Link, 
     let link = host_nl
         .link_by_name(&name)
         .map_err(|e| CniError::host(e.to_string()))?
-        .ok_or_else(|| CniError::host(format!("netdev {name} of VF {} not found after rebind", j.vf)))?;
+        .ok_or_else(|| {
+            CniError::host(format!(
+                "netdev {name} of VF {} not found after rebind",
+                j.vf
+            ))
+        })?;
     if Some(&name) != j.host_ifname.as_ref() {
         log::warn!(
             "VF {} netdev is {name} after the driver rebind (was {:?})",
@@ -413,7 +457,11 @@ pub(super) fn rebind(ctx: &Ctx, host_nl: &Netlink, j: &Journal) -> Result<Link, 
             j.host_ifname
         );
     }
-    log::info!("rebound VF {} ({driver}); netdev {name} ifindex {}", j.vf, link.index);
+    log::info!(
+        "VF {} netdev {name} ifindex {} after rebind",
+        j.vf,
+        link.index
+    );
     Ok(link)
 }
 

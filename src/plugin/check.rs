@@ -15,7 +15,10 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     if conf.cni_version < Version::V0_4_0 {
         return Err(CniError::new(
             code::INCOMPATIBLE_VERSION,
-            format!("CHECK needs cniVersion 0.4.0 or later, got {}", conf.cni_version.as_str()),
+            format!(
+                "CHECK needs cniVersion 0.4.0 or later, got {}",
+                conf.cni_version.as_str()
+            ),
         ));
     }
     let prev = conf
@@ -28,13 +31,21 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         .store
         .load(&env.container_id, &env.ifname)
         .map_err(|e| CniError::new(code::IO_FAILURE, format!("reading journal: {e}")))?
-        .ok_or_else(|| fail(format!("no attachment {id}: no journal in {}", ctx.store.dir().display())))?;
+        .ok_or_else(|| {
+            fail(format!(
+                "no attachment {id}: no journal in {}",
+                ctx.store.dir().display()
+            ))
+        })?;
     if !j.complete {
         return Err(fail(format!("the ADD of {id} did not complete")));
     }
     if let Some(d) = conf.device_id {
         if d != j.vf {
-            return Err(fail(format!("{id} holds VF {}, but the config names {d}", j.vf)));
+            return Err(fail(format!(
+                "{id} holds VF {}, but the config names {d}",
+                j.vf
+            )));
         }
     }
     let netns = env.netns.as_deref().unwrap_or_default();

@@ -5,7 +5,7 @@
 //! step is undone in reverse; errors are collected, not fatal, and the journal is removed
 //! only when all undo steps are done or moot, so a failed DEL can be retried.
 
-use super::add::rebind;
+use super::add::{find_netdev_after_rebind, rebind_driver};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError};
@@ -39,8 +39,17 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     // 1. IPAM first, even without netns or journal.
     match ctx.ipam() {
         Ok(Some(Ipam::Builtin(c))) => {
-            match c.release(&ctx.conf.name, &env.container_id, &env.ifname, ctx.conf.lock_timeout) {
-                Ok(n) => log::info!("released {n} address(es) of {}/{}", env.container_id, env.ifname),
+            match c.release(
+                &ctx.conf.name,
+                &env.container_id,
+                &env.ifname,
+                ctx.conf.lock_timeout,
+            ) {
+                Ok(n) => log::info!(
+                    "released {n} address(es) of {}/{}",
+                    env.container_id,
+                    env.ifname
+                ),
                 Err(e) => errs.push(ipam_error(e).msg),
             }
         }
@@ -147,7 +156,12 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
     if j.has(Step::Ipam) {
         check(match ctx.ipam() {
             Ok(Some(Ipam::Builtin(c))) => c
-                .release(&j.network, &j.container_id, &j.ifname, ctx.conf.lock_timeout)
+                .release(
+                    &j.network,
+                    &j.container_id,
+                    &j.ifname,
+                    ctx.conf.lock_timeout,
+                )
                 .map(|_| ())
                 .map_err(ipam_error),
             Ok(None) => Ok(()),
@@ -285,7 +299,10 @@ fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result
         match nl.rename(link.index, orig) {
             Ok(()) => log::info!("renamed {} back to {orig}", link.name),
             Err(e) if e.errno == Some(EEXIST) => {
-                log::warn!("cannot rename {} back to {orig}: the name is taken", link.name)
+                log::warn!(
+                    "cannot rename {} back to {orig}: the name is taken",
+                    link.name
+                )
             }
             Err(e) => return Err(nl_err(e)),
         }
@@ -302,22 +319,35 @@ fn restore_guid(ctx: &Ctx, host_nl: &Netlink, view: &PfView, j: &Journal) -> Res
     use crate::netlink::vf::GuidKind;
     let mut via = j.guid_via;
     let mut any = false;
-    for (kind, g) in [(GuidKind::Node, j.orig_node_guid), (GuidKind::Port, j.orig_port_guid)] {
+    for (kind, g) in [
+        (GuidKind::Node, j.orig_node_guid),
+        (GuidKind::Port, j.orig_port_guid),
+    ] {
         match g {
             Some(g) => {
                 via = Some(view.set_guid(kind, g, via).map_err(CniError::host)?);
                 any = true;
             }
-            None => log::warn!("original {kind:?} GUID of VF {} unknown; not restored", j.vf),
+            None => log::warn!(
+                "original {kind:?} GUID of VF {} unknown; not restored",
+                j.vf
+            ),
         }
     }
     if any {
         log::info!("VF {} GUIDs restored", j.vf);
     }
     if any && !j.vfio && j.has(Step::Rebind) {
-        let link = rebind(ctx, host_nl, j)?;
-        if let Some(orig) = &j.host_ifname {
-            fix_name_and_state(host_nl, &link, orig, j.host_up)?;
+        rebind_driver(ctx, j)?;
+        // The GUID is restored once the driver is rebound; the netdev the probe
+        // re-creates is the driver's. If it does not show up, say so and finish.
+        match find_netdev_after_rebind(ctx, host_nl, j) {
+            Ok(link) => {
+                if let Some(orig) = &j.host_ifname {
+                    fix_name_and_state(host_nl, &link, orig, j.host_up)?;
+                }
+            }
+            Err(e) => log::warn!("after restoring the GUID of VF {}: {e}", j.vf),
         }
     }
     Ok(())
@@ -340,7 +370,10 @@ fn without_journal(ctx: &Ctx) -> Result<(), String> {
     let _lock = ctx.lock_vf(vf).map_err(|e| e.msg)?;
     let pod_nl = Netlink::open_in(&pod).map_err(|e| e.to_string())?;
     let vfs = vf.to_string();
-    let found = match pod_nl.link_by_name(&ctx.env.ifname).map_err(|e| e.to_string())? {
+    let found = match pod_nl
+        .link_by_name(&ctx.env.ifname)
+        .map_err(|e| e.to_string())?
+    {
         Some(l) if l.parent_dev.as_deref().is_none_or(|p| p == vfs) => Some(l),
         _ => pod_nl.link_by_parent(&vfs).map_err(|e| e.to_string())?,
     };
@@ -362,6 +395,9 @@ fn without_journal(ctx: &Ctx) -> Result<(), String> {
             .map_err(|e| e.to_string())?,
         Err(e) => return Err(e.to_string()),
     }
-    log::info!("moved {} (VF {vf}) back to the host without a journal", l.name);
+    log::info!(
+        "moved {} (VF {vf}) back to the host without a journal",
+        l.name
+    );
     Ok(())
 }

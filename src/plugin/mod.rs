@@ -61,7 +61,8 @@ impl Ctx<'_> {
 
     /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
     pub fn lock_vf(&self, vf: PciAddress) -> Result<FileLock, CniError> {
-        lock_with_timeout(&self.store.vf_lock_path(vf), self.conf.lock_timeout).map_err(|e| match e {
+        lock_with_timeout(&self.store.vf_lock_path(vf), self.conf.lock_timeout).map_err(|e| match e
+        {
             LockError::Timeout(..) => CniError::try_later(format!("VF {vf} is busy: {e}")),
             LockError::Io(..) => CniError::new(code::IO_FAILURE, e.to_string()),
         })
@@ -93,6 +94,8 @@ pub fn run(env: &CniEnv, conf: &NetConf) -> Result<Option<Value>, CniError> {
             code::INCOMPATIBLE_VERSION,
             format!("{} is not implemented yet", env.command.as_str()),
         )),
-        Command::Version => Ok(Some(crate::cni::version_reply(Some(conf.cni_version.as_str())))),
+        Command::Version => Ok(Some(crate::cni::version_reply(Some(
+            conf.cni_version.as_str(),
+        )))),
     }
 }

@@ -112,7 +112,13 @@ impl PfView<'_> {
             self.sysfs
                 .write_ofed_policy(self.pf, self.vf, state)
                 .map(|_| Via::Ofed)
-                .map_err(|e| format!("writing OFED policy {} of VF {}: {e}", state.to_ofed_policy(), self.vf))
+                .map_err(|e| {
+                    format!(
+                        "writing OFED policy {} of VF {}: {e}",
+                        state.to_ofed_policy(),
+                        self.vf
+                    )
+                })
         };
         if prefer == Some(Via::Ofed) && self.has_ofed() {
             return via_ofed();
@@ -141,7 +147,10 @@ impl PfView<'_> {
             self.sysfs
                 .write_ofed_guid(self.pf, self.vf, sysfs_kind(kind), guid)
                 .map(|_| Via::Ofed)
-                .map_err(|e| format!("writing OFED {kind:?} GUID {guid} of VF {}: {e}", self.vf).to_lowercase())
+                .map_err(|e| {
+                    format!("writing OFED {kind:?} GUID {guid} of VF {}: {e}", self.vf)
+                        .to_lowercase()
+                })
         };
         if prefer == Some(Via::Ofed) && self.has_ofed() {
             return via_ofed();

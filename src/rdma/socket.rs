@@ -1,0 +1,363 @@
+//! The real backend: one synchronous `NETLINK_RDMA` socket.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use netlink_sys::{Socket, SocketAddr};
+use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::time::TimeVal;
+
+use super::codec::{self, Exchange, Reply};
+use super::{errno, refine_move_error, NetnsMode, RdmaDevice, RdmaError, RdmaOps};
+
+/// Receive buffer size. The kernel sizes dump skbs from the reader's buffer
+/// (`netlink_dump`: up to 32 KiB) and a doit reply is `NLMSG_DEFAULT_SIZE`
+/// (about one page), so 64 KiB never truncates; truncation is still detected
+/// with `MSG_TRUNC` and reported as a protocol error.
+const RECV_BUFFER: usize = 64 * 1024;
+
+/// How long one `recv` may wait for the kernel before the request fails with
+/// `TimedOut` (`SO_RCVTIMEO`). The kernel answers synchronously, so this
+/// only guards against a hung plugin.
+const RECV_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A synchronous RDMA netlink socket talking to the kernel (`ib_core`).
+///
+/// The socket belongs to the network namespace of the thread that called
+/// [`RdmaSocket::open`]; all device lookups happen there (nldev.c uses
+/// `sock_net(skb->sk)`). Use it from a thread that is still in that netns:
+/// the kernel runs requests in the sender's context and the move path
+/// (`rdma_dev_change_netns`) compares the device's netns with the *calling
+/// thread's* (`current->nsproxy->net_ns`), failing with `ENODEV` otherwise.
+/// One request at a time (`&mut self` everywhere). Answers left over from an
+/// earlier request are skipped by sequence number, but after an
+/// [`RdmaError::Protocol`] or [`RdmaError::Io`] in the middle of a device
+/// dump the kernel may still hold that dump open (a new dump would get
+/// `EBUSY`): drop the socket and open a new one after such errors.
+#[derive(Debug)]
+pub struct RdmaSocket {
+    socket: Socket,
+    port: u32,
+    seq: u32,
+    buffer: Vec<u8>,
+}
+
+impl RdmaSocket {
+    /// Opens a `NETLINK_RDMA` socket in the calling thread's current network
+    /// namespace: `socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, 20)`, bind
+    /// with a kernel-assigned port id, connect to the kernel (port 0), enable
+    /// extended acks (`NETLINK_EXT_ACK`, best effort) and capped acks
+    /// (`NETLINK_CAP_ACK`, best effort), set a 10 s receive timeout.
+    ///
+    /// Errors: [`RdmaError::NoSubsystem`] when `socket(2)` fails with
+    /// `EPROTONOSUPPORT` (no `ib_core`: the `NETLINK_RDMA` kernel socket is
+    /// created by `ib_core`'s per-netns init, `rdma_nl_net_init`);
+    /// [`RdmaError::Io`] for anything else.
+    pub fn open() -> Result<Self, RdmaError> {
+        Self::open_protocol(codec::NETLINK_RDMA)
+    }
+
+    /// [`RdmaSocket::open`] for any netlink protocol; the tests use
+    /// `NETLINK_ROUTE` to drive the request loop against a real kernel on
+    /// machines without `ib_core`.
+    fn open_protocol(protocol: isize) -> Result<Self, RdmaError> {
+        let mut socket = Socket::new(protocol).map_err(|e| {
+            if e.raw_os_error() == Some(errno::EPROTONOSUPPORT) {
+                RdmaError::NoSubsystem
+            } else {
+                RdmaError::Io(e)
+            }
+        })?;
+        let local = socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        if let Err(e) = socket.set_ext_ack(true) {
+            log::debug!("NETLINK_EXT_ACK not available: {e}");
+        }
+        if let Err(e) = socket.set_cap_ack(true) {
+            log::debug!("NETLINK_CAP_ACK not available: {e}");
+        }
+        let timeout = TimeVal::new(RECV_TIMEOUT.as_secs() as _, 0);
+        setsockopt(&socket, sockopt::ReceiveTimeout, &timeout)
+            .map_err(|e| RdmaError::Io(io::Error::from(e)))?;
+        Ok(RdmaSocket {
+            socket,
+            port: local.port_number(),
+            seq: 0,
+            buffer: vec![0u8; RECV_BUFFER],
+        })
+    }
+
+    /// The socket's netlink port id (assigned by the kernel at bind).
+    pub fn port_id(&self) -> u32 {
+        self.port
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == 0 {
+            self.seq = 1; // 0 is what unsolicited kernel messages carry.
+        }
+        self.seq
+    }
+
+    /// Sends one request built by `build(seq)` and runs the exchange until
+    /// it completes. Returns the data messages.
+    fn request(
+        &mut self,
+        op: &'static str,
+        build: impl FnOnce(u32) -> Vec<u8>,
+    ) -> Result<Vec<Reply>, RdmaError> {
+        let seq = self.next_seq();
+        let request = build(seq);
+        loop {
+            match self.socket.send(&request, 0) {
+                Ok(n) if n == request.len() => break,
+                Ok(n) => {
+                    return Err(RdmaError::Io(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("{op}: short send ({n} of {} bytes)", request.len()),
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(RdmaError::Io(e)),
+            }
+        }
+        let mut exchange = Exchange::new(op, seq, self.port);
+        loop {
+            let mut space: &mut [u8] = &mut self.buffer[..];
+            let (size, from) = match self.socket.recv_from(&mut space, nix::libc::MSG_TRUNC) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(RdmaError::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{op}: no answer from the kernel within {RECV_TIMEOUT:?}"),
+                    )))
+                }
+                Err(e) => return Err(RdmaError::Io(e)),
+            };
+            if size > self.buffer.len() {
+                return Err(RdmaError::Protocol(format!(
+                    "{op}: datagram of {size} bytes truncated to {} bytes",
+                    self.buffer.len()
+                )));
+            }
+            if from.port_number() != 0 {
+                log::debug!("{op}: ignoring datagram from port {}", from.port_number());
+                continue;
+            }
+            if let Some(replies) = exchange.feed(&self.buffer[..size])? {
+                return Ok(replies);
+            }
+        }
+    }
+}
+
+impl RdmaOps for RdmaSocket {
+    /// `SYS_GET` doit. A kernel without a `SYS_GET` doit handler (no RDMA
+    /// netns support, or the short-lived dump-only variant seen in
+    /// torvalds/linux@2e5b8a01) answers `EINVAL`, reported as
+    /// [`RdmaError::Kernel`] saying so.
+    fn netns_mode(&mut self) -> Result<NetnsMode, RdmaError> {
+        let replies = match self.request(codec::OP_SYS_GET, codec::encode_sys_get) {
+            Ok(r) => r,
+            Err(RdmaError::Kernel { op, errno, msg }) if errno == errno::EINVAL => {
+                return Err(RdmaError::Kernel {
+                    op,
+                    errno,
+                    msg: format!(
+                        "{msg}: this kernel does not answer RDMA_NLDEV_CMD_SYS_GET requests, so it \
+                         has no (usable) RDMA network-namespace support"
+                    ),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        replies
+            .into_iter()
+            .find_map(|r| match r {
+                Reply::System(info) => Some(info.netns_mode),
+                _ => None,
+            })
+            .flatten()
+            .ok_or_else(|| {
+                RdmaError::Protocol(
+                    "SYS_GET answered without RDMA_NLDEV_SYS_ATTR_NETNS_MODE".into(),
+                )
+            })
+    }
+
+    fn set_netns_mode(&mut self, mode: NetnsMode) -> Result<(), RdmaError> {
+        self.request(codec::OP_SYS_SET, |seq| codec::encode_sys_set(seq, mode))
+            .map(|_| ())
+    }
+
+    fn list_devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError> {
+        let replies = self.request(codec::OP_LIST, |seq| codec::encode_get(seq, None))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|r| match r {
+                Reply::Device(d) => Some(d),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn device_by_name(&mut self, name: &str) -> Result<Option<RdmaDevice>, RdmaError> {
+        Ok(self.list_devices()?.into_iter().find(|d| d.name == name))
+    }
+
+    /// `CMD_GET` doit. `EINVAL` means "no such index in this netns":
+    /// `nldev_get_doit` returns it for a failed lookup, and otherwise only
+    /// for a request without `DEV_INDEX`, which [`codec::encode_get`] never
+    /// produces.
+    fn device_by_index(&mut self, index: u32) -> Result<Option<RdmaDevice>, RdmaError> {
+        let replies = match self.request(codec::OP_GET, |seq| codec::encode_get(seq, Some(index))) {
+            Ok(r) => r,
+            Err(RdmaError::Kernel { errno, .. }) if errno == errno::EINVAL => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let dev = replies.into_iter().find_map(|r| match r {
+            Reply::Device(d) => Some(d),
+            _ => None,
+        });
+        match dev {
+            Some(d) if d.index != index => Err(RdmaError::Protocol(format!(
+                "asked for RDMA device {index}, the kernel answered with device {}",
+                d.index
+            ))),
+            Some(d) => Ok(Some(d)),
+            None => Err(RdmaError::Protocol(format!(
+                "CMD_GET for device {index} was acknowledged without a device message"
+            ))),
+        }
+    }
+
+    /// `CMD_SET` with `DEV_INDEX` + `NET_NS_FD` (the fd number is valid in
+    /// this process, which is where the kernel resolves it:
+    /// `get_net_ns_by_fd`). Errors are refined with [`refine_move_error`]
+    /// (a mode query on `EOPNOTSUPP`, an index lookup on `EINVAL`).
+    fn move_to_netns(&mut self, index: u32, netns_fd: BorrowedFd<'_>) -> Result<(), RdmaError> {
+        // A BorrowedFd is never negative, so the cast is lossless.
+        let fd = netns_fd.as_raw_fd() as u32;
+        match self.request(codec::OP_MOVE, |seq| {
+            codec::encode_set_netns(seq, index, fd)
+        }) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(refine_move_error(self, index, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this kernel accepts `socket(AF_NETLINK, SOCK_DGRAM,
+    /// NETLINK_RDMA)`, asked directly through libc (not through the code
+    /// under test).
+    fn kernel_has_netlink_rdma() -> Result<(), i32> {
+        // SAFETY: plain socket(2)/close(2) calls with constant arguments.
+        unsafe {
+            let fd = nix::libc::socket(
+                nix::libc::AF_NETLINK,
+                nix::libc::SOCK_DGRAM | nix::libc::SOCK_CLOEXEC,
+                codec::NETLINK_RDMA as nix::libc::c_int,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+            }
+            nix::libc::close(fd);
+        }
+        Ok(())
+    }
+
+    /// `open()` either works (a kernel with `ib_core`) or fails with exactly
+    /// `NoSubsystem` (this build machine has no `ib_core`, so `socket(2)`
+    /// answers `EPROTONOSUPPORT`); any other outcome is a bug. When `ib_core`
+    /// is present, the read-only queries must work too.
+    #[test]
+    fn open_is_ok_or_no_subsystem() {
+        match RdmaSocket::open() {
+            Ok(mut s) => {
+                assert_ne!(s.port_id(), 0);
+                s.netns_mode().expect("SYS_GET on a kernel with ib_core");
+                s.list_devices()
+                    .expect("device dump on a kernel with ib_core");
+            }
+            Err(RdmaError::NoSubsystem) => {
+                assert_eq!(kernel_has_netlink_rdma(), Err(errno::EPROTONOSUPPORT));
+                let text = RdmaError::NoSubsystem.to_string();
+                assert!(text.contains("ib_core not loaded"), "{text}");
+            }
+            Err(e) => panic!("RdmaSocket::open must be Ok or NoSubsystem, got {e:?}"),
+        }
+    }
+
+    /// rtnetlink request: nlmsghdr + `struct ifinfomsg` (16 bytes, all zero
+    /// except `ifi_index`), hand-packed (little endian).
+    #[cfg(target_endian = "little")]
+    fn getlink(seq: u32, flags: u16, ifindex: i32) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&32u32.to_le_bytes());
+        v.extend_from_slice(&18u16.to_le_bytes()); // RTM_GETLINK
+        v.extend_from_slice(&flags.to_le_bytes());
+        v.extend_from_slice(&seq.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&[0u8; 4]); // family, pad, type
+        v.extend_from_slice(&ifindex.to_le_bytes());
+        v.extend_from_slice(&[0u8; 8]); // flags, change
+        v
+    }
+
+    /// The request loop (send, seq/port filtering, multi-part until DONE,
+    /// reply-then-ack, error acks) driven against the real kernel through
+    /// NETLINK_ROUTE, which exists everywhere: rtnetlink messages decode as
+    /// `Reply::Other` and are ignored, so each exchange returns no data but
+    /// must terminate correctly.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn request_loop_against_the_kernel_via_rtnetlink() {
+        use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+        let mut s = RdmaSocket::open_protocol(0).expect("NETLINK_ROUTE socket");
+        assert_ne!(s.port_id(), 0);
+        // Dump of all links: multi-part, ends with NLMSG_DONE.
+        let r = s.request("RTM_GETLINK dump", |seq| {
+            getlink(seq, NLM_F_REQUEST | NLM_F_DUMP, 0)
+        });
+        assert_eq!(r.unwrap(), vec![]);
+        // Doit for lo (ifindex 1) with ACK: RTM_NEWLINK then the ack.
+        let r = s.request("RTM_GETLINK lo", |seq| {
+            getlink(seq, NLM_F_REQUEST | NLM_F_ACK, 1)
+        });
+        assert_eq!(r.unwrap(), vec![]);
+        // An unknown ifindex: NLMSG_ERROR -ENODEV, mapped like RDMA errors.
+        let r = s.request("RTM_GETLINK missing", |seq| {
+            getlink(seq, NLM_F_REQUEST | NLM_F_ACK, 0x7fff_fff0)
+        });
+        assert!(matches!(r, Err(RdmaError::NotFound(_))), "{r:?}");
+        // The socket is still in sync afterwards.
+        let r = s.request("RTM_GETLINK dump again", |seq| {
+            getlink(seq, NLM_F_REQUEST | NLM_F_DUMP, 0)
+        });
+        assert_eq!(r.unwrap(), vec![]);
+        assert_eq!(s.seq, 4);
+    }
+
+    #[test]
+    fn open_matches_the_kernel_capability() {
+        match kernel_has_netlink_rdma() {
+            Err(e) if e == errno::EPROTONOSUPPORT => {
+                assert!(matches!(RdmaSocket::open(), Err(RdmaError::NoSubsystem)))
+            }
+            Ok(()) => assert!(RdmaSocket::open().is_ok()),
+            Err(other) => panic!("unexpected socket(2) errno {other}"),
+        }
+    }
+}

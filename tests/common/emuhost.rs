@@ -1,0 +1,1054 @@
+//! The emulated host: an SR-IOV InfiniBand host without InfiniBand hardware, for
+//! integration tests (`mod common;`), and for the demo and bench scripts through
+//! `examples/emuhost.rs` (`target/release/examples/emuhost`).
+//!
+//! An [`EmuHost`] is
+//! - a sysfs tree under a root directory (a temp dir by default) laid out as the kernel
+//!   lays out `/sys` for a ConnectX PF with VFs (facts.md section 2), every link relative
+//!   and resolving through the filesystem; point the plugin at it with
+//!   `IB_SRIOV_SYSFS_ROOT=<root>`;
+//! - a private "host" network namespace `<prefix>-host` in which veth pairs stand in for
+//!   the PF netdev and the VF netdevs: one end carries the netdev name listed in sysfs,
+//!   the peer end (`peer-pf`, `peer-vf<N>`) stays in the host netns;
+//! - [`EmuHost::run_plugin`], which runs the plugin binary inside that netns with the
+//!   environment a container runtime sets.
+//!
+//! Layout (defaults; see the constants below):
+//! ```text
+//! root port 0000:ae:00.0  <root>/devices/pci0000:ae/0000:ae:00.0            pcieport
+//! PF        0000:af:00.0  .../0000:ae:00.0/0000:af:00.0  netdev ibp175s0f0   mlx5_0  mlx5_core
+//! VF N      routing ID 0xaf00 + 2 + N (SR-IOV offset 2, stride 1):
+//!           N=0 0000:af:00.2, N=5 0000:af:00.7, N=6 0000:af:01.0, ...
+//!           netdev ibp175s0f0v<N>, RDMA mlx5_<N+1>, pkeys/0 = 0xffff, pkeys/1 = 0x8000|(N+1)
+//!           driver mlx5_core, or vfio-pci (then no net/ and no infiniband/ entries)
+//! OFED      <PF>/sriov/<N>/node = 02:00:00:00:00:01:00:<N>, port = 02:00:00:00:00:02:00:<N>
+//!           (hex N), policy = Follow
+//! MTU       2044 on the PF and VF netdevs (IPoIB datagram mode)
+//! ```
+//! Limits of the emulation: the tree is static. Writing `bind`/`unbind` only records the
+//! BDF in that regular file; OFED writes change only the file. sysfs `net/` entries do
+//! not follow a netdev into another netns by themselves: call [`EmuHost::sync_netdevs`]
+//! to make the tree show what the kernel would show. veths have 6-byte MAC addresses,
+//! not 20-byte IPoIB addresses, and no VF netlink (GUID, link state) on the PF.
+//!
+//! Depends only on std and the crate's dependencies (nix, serde_json, tempfile).
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::symlink;
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The PCI root complex and root port directory the PF sits behind, relative to the root.
+pub const PCI_PARENT: &str = "devices/pci0000:ae/0000:ae:00.0";
+/// The root port's address (a PCI device that is neither PF nor VF).
+pub const ROOT_PORT_BDF: &str = "0000:ae:00.0";
+/// The PF's address.
+pub const PF_BDF: &str = "0000:af:00.0";
+/// The PF's netdev name (udev path naming: bus 0xaf = 175, slot 0, function 0).
+pub const PF_NETDEV: &str = "ibp175s0f0";
+/// The host-side peer of the PF veth.
+pub const PF_PEER: &str = "peer-pf";
+/// The PF's RDMA device.
+pub const PF_RDMA: &str = "mlx5_0";
+/// Driver of the PF and of non-vfio VFs.
+pub const MLX5_CORE: &str = "mlx5_core";
+/// Driver of vfio VFs.
+pub const VFIO_PCI: &str = "vfio-pci";
+/// Default MTU of the PF and VF netdevs (IPoIB datagram mode).
+pub const DEFAULT_MTU: u32 = 2044;
+/// Name of the description file written into the root (also the "this is ours" marker).
+pub const MARKER: &str = ".emuhost.json";
+
+/// Where network namespaces made by `ip netns add` are mounted.
+pub const NETNS_DIR: &str = "/var/run/netns";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The PCI address of VF `n` of the PF at 0000:af:00.0 (offset 2, stride 1).
+pub fn vf_bdf(n: u32) -> String {
+    let rid = 0xaf00 + 2 + n;
+    format!(
+        "0000:{:02x}:{:02x}.{:x}",
+        rid >> 8,
+        (rid >> 3) & 0x1f,
+        rid & 7
+    )
+}
+
+/// The netdev name of VF `n` (systemd >= 249 style: PF name + `v<N>`).
+pub fn vf_netdev(n: u32) -> String {
+    format!("{PF_NETDEV}v{n}")
+}
+
+/// The host-side peer of VF `n`'s veth.
+pub fn vf_peer(n: u32) -> String {
+    format!("peer-vf{n}")
+}
+
+/// The RDMA device name of VF `n`.
+pub fn vf_rdma(n: u32) -> String {
+    format!("mlx5_{}", n + 1)
+}
+
+/// The initial OFED node GUID of VF `n` (all-zero with [`EmuOptions::zero_guids`]).
+pub fn vf_node_guid(n: u32) -> String {
+    format!("02:00:00:00:00:01:00:{:02x}", n & 0xff)
+}
+
+/// The initial OFED port GUID of VF `n` (all-zero with [`EmuOptions::zero_guids`]).
+pub fn vf_port_guid(n: u32) -> String {
+    format!("02:00:00:00:00:02:00:{:02x}", n & 0xff)
+}
+
+const ZERO_GUID: &str = "00:00:00:00:00:00:00:00";
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct EmuOptions {
+    /// Number of VFs (default 4; at most 127).
+    pub vfs: u32,
+    /// Indexes of the VFs bound to vfio-pci (default none).
+    pub vfio: Vec<u32>,
+    /// Whether the MLNX_OFED `<PF>/sriov/<N>/{node,port,policy}` files exist (default yes).
+    pub ofed: bool,
+    /// Start every OFED GUID at 00:00:00:00:00:00:00:00, as mlx5 reports an unassigned
+    /// VF GUID (default no: distinct nonzero GUIDs).
+    pub zero_guids: bool,
+    /// MTU of the PF and VF netdevs (default 2044).
+    pub mtu: u32,
+    /// Name prefix of the network namespaces (default `ibemu-<pid>-<counter>`).
+    pub prefix: Option<String>,
+    /// Root of the sysfs tree: must be absent or empty (default a new temp dir).
+    pub root: Option<PathBuf>,
+}
+
+impl Default for EmuOptions {
+    fn default() -> Self {
+        EmuOptions {
+            vfs: 4,
+            vfio: Vec::new(),
+            ofed: true,
+            zero_guids: false,
+            mtu: DEFAULT_MTU,
+            prefix: None,
+            root: None,
+        }
+    }
+}
+
+/// The emulated PF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmuPf {
+    /// PCI address, [`PF_BDF`].
+    pub addr: String,
+    /// Its real directory, `<root>/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0`.
+    pub dir: PathBuf,
+    /// Netdev (veth end in the host netns), [`PF_NETDEV`].
+    pub netdev: String,
+    /// Peer veth end in the host netns, [`PF_PEER`].
+    pub peer: String,
+    /// RDMA device, [`PF_RDMA`].
+    pub rdma: String,
+}
+
+/// One emulated VF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmuVf {
+    /// N of the PF's `virtfn<N>`.
+    pub index: u32,
+    /// PCI address ([`vf_bdf`]).
+    pub addr: String,
+    /// Its real directory under `<root>/devices/...`.
+    pub dir: PathBuf,
+    /// `mlx5_core` or `vfio-pci`.
+    pub driver: String,
+    /// Netdev name ([`vf_netdev`]); `None` for vfio VFs.
+    pub netdev: Option<String>,
+    /// Host-side peer veth ([`vf_peer`]); `None` for vfio VFs.
+    pub peer: Option<String>,
+    /// RDMA device ([`vf_rdma`]); `None` for vfio VFs.
+    pub rdma: Option<String>,
+    /// The pkey table of `infiniband/<rdma>/ports/1/pkeys/`; empty for vfio VFs.
+    pub pkeys: Vec<u16>,
+    /// `<PF dir>/sriov/<N>` when OFED files are emulated.
+    pub ofed_dir: Option<PathBuf>,
+    /// Initial content (without newline) of `sriov/<N>/node`.
+    pub node_guid: Option<String>,
+    /// Initial content (without newline) of `sriov/<N>/port`.
+    pub port_guid: Option<String>,
+}
+
+impl EmuVf {
+    /// True when bound to vfio-pci.
+    pub fn is_vfio(&self) -> bool {
+        self.driver == VFIO_PCI
+    }
+    /// `<PF>/sriov/<N>/node`.
+    pub fn ofed_node(&self) -> Option<PathBuf> {
+        self.ofed_dir.as_ref().map(|d| d.join("node"))
+    }
+    /// `<PF>/sriov/<N>/port`.
+    pub fn ofed_port(&self) -> Option<PathBuf> {
+        self.ofed_dir.as_ref().map(|d| d.join("port"))
+    }
+    /// `<PF>/sriov/<N>/policy`.
+    pub fn ofed_policy(&self) -> Option<PathBuf> {
+        self.ofed_dir.as_ref().map(|d| d.join("policy"))
+    }
+}
+
+/// One link as `ip -j addr show` reports it, the parts that "the host is unchanged"
+/// compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSnapshot {
+    /// Interface name.
+    pub name: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// Administratively up (`UP` in the flags).
+    pub up: bool,
+    /// MTU.
+    pub mtu: u32,
+    /// Hardware address as `ip` prints it.
+    pub address: String,
+    /// Addresses as `local/prefixlen`, sorted.
+    pub addrs: Vec<String>,
+}
+
+/// The observable state of the emulated host, for "exactly as before" assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSnapshot {
+    /// Every link in the host netns, by ifindex.
+    pub links: Vec<LinkSnapshot>,
+    /// `(path relative to the root, content)` of every OFED node/port/policy file.
+    pub ofed: Vec<(String, String)>,
+}
+
+impl HostSnapshot {
+    /// The link named `name`, if present.
+    pub fn link(&self, name: &str) -> Option<&LinkSnapshot> {
+        self.links.iter().find(|l| l.name == name)
+    }
+}
+
+/// A pod network namespace made by [`EmuHost::new_pod`]; deleted on drop.
+#[derive(Debug)]
+pub struct Pod {
+    /// Namespace name (`<prefix>-pod<k>`).
+    pub name: String,
+    /// `/var/run/netns/<name>`: what a runtime passes as CNI_NETNS.
+    pub path: PathBuf,
+}
+
+impl Pod {
+    /// The path as a string, for CNI_NETNS.
+    pub fn netns(&self) -> &str {
+        self.path.to_str().expect("netns path is UTF-8")
+    }
+
+    /// True while the namespace is mounted.
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
+    /// Deletes the namespace (`ip netns del`); Ok when already gone.
+    pub fn delete(&self) -> io::Result<()> {
+        delete_netns(&self.name)
+    }
+
+    /// Runs a command inside the pod netns.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        exec_in_netns(&self.path, args, &[], None)
+    }
+
+    /// Names of the links in the pod netns (including `lo`).
+    pub fn links(&self) -> Vec<String> {
+        self.link_snapshots().into_iter().map(|l| l.name).collect()
+    }
+
+    /// The links in the pod netns with their state.
+    pub fn link_snapshots(&self) -> Vec<LinkSnapshot> {
+        netns_links(&self.name)
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if self.path.exists() {
+            if let Err(e) = self.delete() {
+                eprintln!("emuhost: deleting pod netns {}: {e}", self.name);
+            }
+        }
+    }
+}
+
+/// The emulated host; see the module docs. Dropping it deletes the host netns (and with
+/// it every veth) and the sysfs tree, unless [`EmuHost::keep`] was called.
+#[derive(Debug)]
+pub struct EmuHost {
+    prefix: String,
+    root: PathBuf,
+    host_netns: String,
+    mtu: u32,
+    pf: EmuPf,
+    vfs: Vec<EmuVf>,
+    keep: bool,
+    pods: AtomicU32,
+}
+
+impl EmuHost {
+    /// Builds the host; panics with the reason when it cannot (also when not root:
+    /// tests that need the emulated host fail rather than skip).
+    pub fn build(opts: EmuOptions) -> EmuHost {
+        match EmuHost::try_build(opts) {
+            Ok(h) => h,
+            Err(e) => panic!("building the emulated host: {e}"),
+        }
+    }
+
+    /// [`EmuHost::build`] returning the error instead of panicking.
+    pub fn try_build(opts: EmuOptions) -> io::Result<EmuHost> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the emulated host needs root (network namespaces, veth); run the tests as root",
+            ));
+        }
+        if opts.vfs > 127 {
+            return Err(invalid(format!("{} VFs: at most 127", opts.vfs)));
+        }
+        if let Some(&bad) = opts.vfio.iter().find(|&&i| i >= opts.vfs) {
+            return Err(invalid(format!(
+                "vfio VF index {bad} out of range (0..{})",
+                opts.vfs
+            )));
+        }
+        let auto_prefix = opts.prefix.is_none();
+        let prefix = opts.prefix.clone().unwrap_or_else(|| {
+            format!(
+                "ibemu-{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        if prefix.is_empty() || prefix.contains('/') || prefix.starts_with('.') {
+            return Err(invalid(format!("invalid prefix {prefix:?}")));
+        }
+        let host_netns = format!("{prefix}-host");
+        let host_path = Path::new(NETNS_DIR).join(&host_netns);
+        if host_path.exists() {
+            if auto_prefix {
+                // Left over by a dead process that had our pid.
+                delete_netns(&host_netns)?;
+            } else {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("netns {host_netns} already exists; destroy that host first"),
+                ));
+            }
+        }
+        let root = match &opts.root {
+            Some(r) => {
+                fs::create_dir_all(r)?;
+                if fs::read_dir(r)?.next().is_some() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("root {} is not empty", r.display()),
+                    ));
+                }
+                fs::canonicalize(r)?
+            }
+            None => tempfile::Builder::new()
+                .prefix(&format!("{prefix}-sysfs-"))
+                .tempdir()?
+                .keep()
+                .canonicalize()?,
+        };
+
+        let parent = root.join(PCI_PARENT);
+        let pf = EmuPf {
+            addr: PF_BDF.to_string(),
+            dir: parent.join(PF_BDF),
+            netdev: PF_NETDEV.to_string(),
+            peer: PF_PEER.to_string(),
+            rdma: PF_RDMA.to_string(),
+        };
+        let vfs = (0..opts.vfs)
+            .map(|n| {
+                let vfio = opts.vfio.contains(&n);
+                let addr = vf_bdf(n);
+                let (node, port) = if opts.zero_guids {
+                    (ZERO_GUID.to_string(), ZERO_GUID.to_string())
+                } else {
+                    (vf_node_guid(n), vf_port_guid(n))
+                };
+                EmuVf {
+                    index: n,
+                    dir: parent.join(&addr),
+                    addr,
+                    driver: if vfio { VFIO_PCI } else { MLX5_CORE }.to_string(),
+                    netdev: (!vfio).then(|| vf_netdev(n)),
+                    peer: (!vfio).then(|| vf_peer(n)),
+                    rdma: (!vfio).then(|| vf_rdma(n)),
+                    pkeys: if vfio {
+                        Vec::new()
+                    } else {
+                        vec![0xffff, 0x8000 | (n as u16 + 1)]
+                    },
+                    ofed_dir: opts
+                        .ofed
+                        .then(|| parent.join(PF_BDF).join("sriov").join(n.to_string())),
+                    node_guid: opts.ofed.then_some(node),
+                    port_guid: opts.ofed.then_some(port),
+                }
+            })
+            .collect();
+        // From here on, Drop cleans up whatever was made if a later step fails.
+        let host = EmuHost {
+            prefix,
+            root,
+            host_netns,
+            mtu: opts.mtu,
+            pf,
+            vfs,
+            keep: false,
+            pods: AtomicU32::new(0),
+        };
+        host.make_tree(opts.vfs)?;
+        host.make_netns()?;
+        host.sync_netdevs()?;
+        fs::write(
+            host.root.join(MARKER),
+            serde_json::to_string_pretty(&host.describe()).expect("JSON") + "\n",
+        )?;
+        Ok(host)
+    }
+
+    /// Re-opens a host made by `emuhost create` from the description in `<root>/.emuhost.json`.
+    /// The returned host is kept (dropping it removes nothing) until [`EmuHost::unkeep`].
+    pub fn attach(root: &Path) -> io::Result<EmuHost> {
+        let text = fs::read_to_string(root.join(MARKER))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(io::Error::other)?;
+        let s = |v: &serde_json::Value, k: &str| -> io::Result<String> {
+            v[k].as_str()
+                .map(str::to_string)
+                .ok_or_else(|| invalid(format!("{MARKER}: missing string {k:?}")))
+        };
+        let os = |v: &serde_json::Value, k: &str| v[k].as_str().map(str::to_string);
+        let pfv = &v["pf"];
+        let pf = EmuPf {
+            addr: s(pfv, "addr")?,
+            dir: PathBuf::from(s(pfv, "dir")?),
+            netdev: s(pfv, "netdev")?,
+            peer: s(pfv, "peer")?,
+            rdma: s(pfv, "rdma")?,
+        };
+        let mut vfs = Vec::new();
+        for x in v["vfs"].as_array().into_iter().flatten() {
+            vfs.push(EmuVf {
+                index: x["index"].as_u64().unwrap_or_default() as u32,
+                addr: s(x, "addr")?,
+                dir: PathBuf::from(s(x, "dir")?),
+                driver: s(x, "driver")?,
+                netdev: os(x, "netdev"),
+                peer: os(x, "peer"),
+                rdma: os(x, "rdma"),
+                pkeys: x["pkeys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.as_str())
+                    .filter_map(|p| u16::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+                    .collect(),
+                ofed_dir: os(x, "ofed_dir").map(PathBuf::from),
+                node_guid: os(x, "node_guid"),
+                port_guid: os(x, "port_guid"),
+            });
+        }
+        Ok(EmuHost {
+            prefix: s(&v, "prefix")?,
+            root: PathBuf::from(s(&v, "root")?),
+            host_netns: s(&v, "host_netns")?,
+            mtu: v["mtu"].as_u64().unwrap_or(u64::from(DEFAULT_MTU)) as u32,
+            pf,
+            vfs,
+            keep: true,
+            pods: AtomicU32::new(0),
+        })
+    }
+
+    /// Keep the netns and the tree when this value is dropped (the CLI's `create`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+
+    /// Undo [`EmuHost::keep`]: dropping removes everything again.
+    pub fn unkeep(&mut self) {
+        self.keep = false;
+    }
+
+    /// The name prefix of the namespaces.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The sysfs root, for `IB_SRIOV_SYSFS_ROOT`.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The host netns name (`<prefix>-host`).
+    pub fn host_netns(&self) -> &str {
+        &self.host_netns
+    }
+
+    /// `/var/run/netns/<prefix>-host`.
+    pub fn host_netns_path(&self) -> PathBuf {
+        Path::new(NETNS_DIR).join(&self.host_netns)
+    }
+
+    /// The PF.
+    pub fn pf(&self) -> &EmuPf {
+        &self.pf
+    }
+
+    /// All VFs, by index.
+    pub fn vfs(&self) -> &[EmuVf] {
+        &self.vfs
+    }
+
+    /// VF `n`; panics when there is none.
+    pub fn vf(&self, n: u32) -> &EmuVf {
+        self.vfs
+            .iter()
+            .find(|v| v.index == n)
+            .unwrap_or_else(|| panic!("the emulated host has no VF {n}"))
+    }
+
+    /// The first VF bound to mlx5_core.
+    pub fn first_netdev_vf(&self) -> &EmuVf {
+        self.vfs
+            .iter()
+            .find(|v| !v.is_vfio())
+            .expect("the emulated host has no mlx5_core VF")
+    }
+
+    /// The first VF bound to vfio-pci.
+    pub fn first_vfio_vf(&self) -> &EmuVf {
+        self.vfs
+            .iter()
+            .find(|v| v.is_vfio())
+            .expect("the emulated host has no vfio-pci VF (set EmuOptions::vfio)")
+    }
+
+    /// The JSON description printed by `emuhost create` and stored in `<root>/.emuhost.json`.
+    pub fn describe(&self) -> serde_json::Value {
+        let p = |p: &Path| p.to_string_lossy().into_owned();
+        serde_json::json!({
+            "prefix": self.prefix,
+            "root": p(&self.root),
+            "host_netns": self.host_netns,
+            "host_netns_path": p(&self.host_netns_path()),
+            "mtu": self.mtu,
+            "pf": {
+                "addr": self.pf.addr,
+                "dir": p(&self.pf.dir),
+                "netdev": self.pf.netdev,
+                "peer": self.pf.peer,
+                "rdma": self.pf.rdma,
+            },
+            "vfs": self.vfs.iter().map(|v| serde_json::json!({
+                "index": v.index,
+                "addr": v.addr,
+                "dir": p(&v.dir),
+                "driver": v.driver,
+                "netdev": v.netdev,
+                "peer": v.peer,
+                "rdma": v.rdma,
+                "pkeys": v.pkeys.iter().map(|k| format!("0x{k:04x}")).collect::<Vec<_>>(),
+                "ofed_dir": v.ofed_dir.as_deref().map(p),
+                "node_guid": v.node_guid,
+                "port_guid": v.port_guid,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Creates a pod netns `<prefix>-pod<k>` (`ip netns add`).
+    pub fn new_pod(&self) -> Pod {
+        let k = self.pods.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-pod{k}", self.prefix);
+        let path = Path::new(NETNS_DIR).join(&name);
+        if path.exists() {
+            delete_netns(&name).expect("deleting a stale pod netns");
+        }
+        let out = run(Command::new("ip").args(["netns", "add", &name]));
+        assert!(
+            out.status.success(),
+            "ip netns add {name}: {}",
+            stderr(&out)
+        );
+        let pod = Pod { name, path };
+        let out = pod.exec(&["ip", "link", "set", "lo", "up"]);
+        assert!(
+            out.status.success(),
+            "lo up in {}: {}",
+            pod.name,
+            stderr(&out)
+        );
+        pod
+    }
+
+    /// Runs the plugin `bin` inside the host netns with the environment a runtime sets:
+    /// CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS (omitted when `netns` is empty),
+    /// CNI_IFNAME, CNI_PATH (the binary's directory), IB_SRIOV_SYSFS_ROOT=<root>, PATH
+    /// from this process, then `extra_env` (e.g. CNI_ARGS; overrides the above). Nothing
+    /// else is inherited. `stdin_json` is written to its stdin.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_plugin(
+        &self,
+        bin: &Path,
+        command: &str,
+        container_id: &str,
+        netns: &str,
+        ifname: &str,
+        stdin_json: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Output {
+        let cni_path = bin
+            .parent()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let root = self.root.to_string_lossy().into_owned();
+        let mut env: Vec<(&str, &str)> = vec![
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", container_id),
+            ("CNI_IFNAME", ifname),
+            ("CNI_PATH", &cni_path),
+            ("IB_SRIOV_SYSFS_ROOT", &root),
+        ];
+        if !netns.is_empty() {
+            env.push(("CNI_NETNS", netns));
+        }
+        env.extend_from_slice(extra_env);
+        let bin = bin.to_string_lossy();
+        exec_in_netns(
+            &self.host_netns_path(),
+            &[&bin],
+            &env,
+            Some(stdin_json.as_bytes()),
+        )
+    }
+
+    /// Runs a command inside the host netns.
+    pub fn host_exec(&self, args: &[&str]) -> Output {
+        exec_in_netns(&self.host_netns_path(), args, &[], None)
+    }
+
+    /// Runs `ip <args>` in the host netns and panics unless it succeeds.
+    pub fn host_ip(&self, args: &[&str]) -> Output {
+        let mut all = vec!["ip"];
+        all.extend_from_slice(args);
+        let out = self.host_exec(&all);
+        assert!(
+            out.status.success(),
+            "ip {} in {}: {}",
+            args.join(" "),
+            self.host_netns,
+            stderr(&out)
+        );
+        out
+    }
+
+    /// The links in the host netns.
+    pub fn host_links(&self) -> Vec<LinkSnapshot> {
+        netns_links(&self.host_netns)
+    }
+
+    /// The state of the host: links of the host netns and OFED files.
+    pub fn snapshot(&self) -> HostSnapshot {
+        let mut ofed = Vec::new();
+        for vf in &self.vfs {
+            for f in [vf.ofed_node(), vf.ofed_port(), vf.ofed_policy()]
+                .into_iter()
+                .flatten()
+            {
+                let rel = f
+                    .strip_prefix(&self.root)
+                    .unwrap_or(&f)
+                    .to_string_lossy()
+                    .into_owned();
+                let content = fs::read_to_string(&f).unwrap_or_else(|e| format!("<{e}>"));
+                ofed.push((rel, content));
+            }
+        }
+        HostSnapshot {
+            links: self.host_links(),
+            ofed,
+        }
+    }
+
+    /// Makes the sysfs `net/` entries (and `class/net/`) show what the kernel would show
+    /// from the host netns: a VF's or the PF's netdev is listed, under its current name,
+    /// only while its veth end is in the host netns. Call after moving a netdev.
+    pub fn sync_netdevs(&self) -> io::Result<()> {
+        let links = self.host_links_json()?;
+        let by_name = |n: &str| links.iter().find(|l| l["ifname"].as_str() == Some(n));
+        let class_net = self.root.join("class/net");
+        for e in fs::read_dir(&class_net)? {
+            fs::remove_file(e?.path())?;
+        }
+        let mut devices: Vec<(&Path, &str)> = vec![(&self.pf.dir, &self.pf.peer)];
+        for vf in &self.vfs {
+            if let Some(peer) = &vf.peer {
+                devices.push((&vf.dir, peer));
+            }
+        }
+        for (dir, peer) in devices {
+            let net = dir.join("net");
+            if net.exists() {
+                fs::remove_dir_all(&net)?;
+            }
+            fs::create_dir_all(&net)?;
+            // The peer names its other end only while that end is in the same netns.
+            let Some(name) = by_name(peer).and_then(|p| p["link"].as_str()) else {
+                continue;
+            };
+            let Some(link) = by_name(name) else { continue };
+            let d = net.join(name);
+            fs::create_dir_all(&d)?;
+            fs::write(
+                d.join("ifindex"),
+                format!("{}\n", link["ifindex"].as_u64().unwrap_or_default()),
+            )?;
+            fs::write(
+                d.join("address"),
+                format!("{}\n", link["address"].as_str().unwrap_or_default()),
+            )?;
+            fs::write(d.join("mtu"), format!("{}\n", link["mtu"]))?;
+            self.link(&d.join("device"), dir)?;
+            self.link(&class_net.join(name), &d)?;
+        }
+        Ok(())
+    }
+
+    fn host_links_json(&self) -> io::Result<Vec<serde_json::Value>> {
+        ip_json(&["-n", &self.host_netns, "-j", "link", "show"])
+    }
+
+    /// Creates `link` as a relative symlink to `target` (both under the root), the way
+    /// the kernel's links are relative.
+    fn link(&self, link: &Path, target: &Path) -> io::Result<()> {
+        let rel = relative_to(link.parent().expect("link has a parent"), target);
+        symlink(rel, link)
+    }
+
+    fn make_tree(&self, numvfs: u32) -> io::Result<()> {
+        let r = &self.root;
+        for d in ["pcieport", MLX5_CORE, VFIO_PCI] {
+            let dir = r.join("bus/pci/drivers").join(d);
+            fs::create_dir_all(&dir)?;
+            fs::write(dir.join("bind"), "")?;
+            fs::write(dir.join("unbind"), "")?;
+        }
+        for d in ["bus/pci/devices", "class/net", "class/infiniband"] {
+            fs::create_dir_all(r.join(d))?;
+        }
+        // Root port.
+        let rp = r.join(PCI_PARENT);
+        self.pci_device(&rp, "0x8086", "0x2030", "0x060400", Some("pcieport"))?;
+
+        // PF.
+        let pf = &self.pf.dir;
+        self.pci_device(pf, "0x15b3", "0x101b", "0x020700", Some(MLX5_CORE))?;
+        let total = numvfs.max(8);
+        fs::write(pf.join("sriov_totalvfs"), format!("{total}\n"))?;
+        fs::write(pf.join("sriov_numvfs"), format!("{numvfs}\n"))?;
+        fs::write(pf.join("sriov_offset"), "2\n")?;
+        fs::write(pf.join("sriov_stride"), "1\n")?;
+        fs::write(pf.join("sriov_vf_device"), "101c\n")?;
+        self.rdma_device(pf, &self.pf.rdma, &[0xffff])?;
+
+        for vf in &self.vfs {
+            self.pci_device(&vf.dir, "0x15b3", "0x101c", "0x020700", Some(&vf.driver))?;
+            self.link(&vf.dir.join("physfn"), pf)?;
+            self.link(&pf.join(format!("virtfn{}", vf.index)), &vf.dir)?;
+            if let Some(rdma) = &vf.rdma {
+                self.rdma_device(&vf.dir, rdma, &vf.pkeys)?;
+            }
+            if let Some(o) = &vf.ofed_dir {
+                fs::create_dir_all(o)?;
+                let node = vf.node_guid.as_deref().unwrap_or(ZERO_GUID);
+                let port = vf.port_guid.as_deref().unwrap_or(ZERO_GUID);
+                fs::write(o.join("node"), format!("{node}\n"))?;
+                fs::write(o.join("port"), format!("{port}\n"))?;
+                fs::write(o.join("policy"), "Follow\n")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `<dir>` with vendor/device/class files, the `bus/pci/devices/<BDF>` link, the
+    /// `driver` link and the driver's back link.
+    fn pci_device(
+        &self,
+        dir: &Path,
+        vendor: &str,
+        device: &str,
+        class: &str,
+        driver: Option<&str>,
+    ) -> io::Result<()> {
+        fs::create_dir_all(dir)?;
+        let bdf = dir.file_name().expect("device dir has a name");
+        fs::write(dir.join("vendor"), format!("{vendor}\n"))?;
+        fs::write(dir.join("device"), format!("{device}\n"))?;
+        fs::write(dir.join("class"), format!("{class}\n"))?;
+        self.link(&self.root.join("bus/pci/devices").join(bdf), dir)?;
+        if let Some(drv) = driver {
+            let drv_dir = self.root.join("bus/pci/drivers").join(drv);
+            self.link(&dir.join("driver"), &drv_dir)?;
+            self.link(&drv_dir.join(bdf), dir)?;
+        }
+        Ok(())
+    }
+
+    /// `<dev>/infiniband/<name>/ports/1/pkeys/<i>`, its `device` link and the
+    /// `class/infiniband/<name>` link.
+    fn rdma_device(&self, dev: &Path, name: &str, pkeys: &[u16]) -> io::Result<()> {
+        let d = dev.join("infiniband").join(name);
+        let pk = d.join("ports/1/pkeys");
+        fs::create_dir_all(&pk)?;
+        for (i, k) in pkeys.iter().enumerate() {
+            fs::write(pk.join(i.to_string()), format!("0x{k:04x}\n"))?;
+        }
+        fs::write(d.join("ports/1/state"), "4: ACTIVE\n")?;
+        self.link(&d.join("device"), dev)?;
+        self.link(&self.root.join("class/infiniband").join(name), &d)
+    }
+
+    fn make_netns(&self) -> io::Result<()> {
+        let out = run(Command::new("ip").args(["netns", "add", &self.host_netns]));
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ip netns add {}: {}",
+                self.host_netns,
+                stderr(&out)
+            )));
+        }
+        // No IPv6 link-local addresses on the host's netdevs: they would appear
+        // asynchronously (link watch) and make snapshots flaky. Best effort (IPv6 may
+        // be absent).
+        let _ = self.host_exec(&[
+            "sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv6/conf/default/addr_gen_mode",
+        ]);
+        let mut batch = String::from("link set lo up\n");
+        let mut pairs = vec![(self.pf.netdev.as_str(), self.pf.peer.as_str())];
+        for vf in &self.vfs {
+            if let (Some(n), Some(p)) = (&vf.netdev, &vf.peer) {
+                pairs.push((n, p));
+            }
+        }
+        for (n, p) in &pairs {
+            batch += &format!(
+                "link add {n} mtu {} type veth peer name {p} mtu {}\n",
+                self.mtu, self.mtu
+            );
+        }
+        for (n, p) in &pairs {
+            batch += &format!("link set {p} up\nlink set {n} up\n");
+        }
+        let mut child = Command::new("ip")
+            .args(["-n", &self.host_netns, "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(batch.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ip -n {} -batch: {}\nbatch:\n{batch}",
+                self.host_netns,
+                stderr(&out)
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EmuHost {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        if let Err(e) = delete_netns(&self.host_netns) {
+            eprintln!("emuhost: deleting {}: {e}", self.host_netns);
+        }
+        if let Err(e) = fs::remove_dir_all(&self.root) {
+            if e.kind() != io::ErrorKind::NotFound {
+                eprintln!("emuhost: removing {}: {e}", self.root.display());
+            }
+        }
+    }
+}
+
+/// Deletes a named netns (`ip netns del`); Ok when it does not exist.
+pub fn delete_netns(name: &str) -> io::Result<()> {
+    if !Path::new(NETNS_DIR).join(name).exists() {
+        return Ok(());
+    }
+    let out = run(Command::new("ip").args(["netns", "del", name]));
+    if out.status.success() || !Path::new(NETNS_DIR).join(name).exists() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "ip netns del {name}: {}",
+            stderr(&out)
+        )))
+    }
+}
+
+/// Runs `args` with its network namespace switched to the one mounted at `netns` (setns
+/// in the child between fork and exec, so the caller's threads are untouched). With
+/// `env` non-empty the environment is exactly PATH plus `env`. Panics when the program
+/// cannot be started.
+pub fn exec_in_netns(
+    netns: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&[u8]>,
+) -> Output {
+    let (prog, rest) = args.split_first().expect("a command");
+    let ns =
+        fs::File::open(netns).unwrap_or_else(|e| panic!("opening netns {}: {e}", netns.display()));
+    let mut cmd = Command::new(prog);
+    cmd.args(rest);
+    if !env.is_empty() {
+        cmd.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+    }
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and only calls setns(2),
+    // which is async-signal-safe; `ns` is an fd opened (O_CLOEXEC) before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()));
+    let writer = stdin.map(|data| {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        let data = data.to_vec();
+        // A separate thread, so a child that writes before reading cannot deadlock us.
+        std::thread::spawn(move || {
+            // The child may exit without reading: EPIPE is its business.
+            let _ = pipe.write_all(&data);
+        })
+    });
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {prog}: {e}"));
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    out
+}
+
+/// The links of netns `name` with their addresses (`ip -n <name> -j addr show`).
+pub fn netns_links(name: &str) -> Vec<LinkSnapshot> {
+    let v = ip_json(&["-n", name, "-j", "addr", "show"])
+        .unwrap_or_else(|e| panic!("listing links of netns {name}: {e}"));
+    let mut links: Vec<LinkSnapshot> = v
+        .iter()
+        .map(|l| {
+            let mut addrs: Vec<String> = l["addr_info"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
+                .collect();
+            addrs.sort();
+            LinkSnapshot {
+                name: l["ifname"].as_str().unwrap_or_default().to_string(),
+                ifindex: l["ifindex"].as_u64().unwrap_or_default() as u32,
+                up: l["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "UP")),
+                mtu: l["mtu"].as_u64().unwrap_or_default() as u32,
+                address: l["address"].as_str().unwrap_or_default().to_string(),
+                addrs,
+            }
+        })
+        .collect();
+    links.sort_by_key(|l| l.ifindex);
+    links
+}
+
+/// Runs `ip <args>` and parses its JSON output.
+fn ip_json(args: &[&str]) -> io::Result<Vec<serde_json::Value>> {
+    let out = run(Command::new("ip").args(args));
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            stderr(&out)
+        )));
+    }
+    serde_json::from_slice(&out.stdout).map_err(io::Error::other)
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_string()
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// The relative path from directory `from` to `to` (both absolute, no `..`), computed
+/// as the kernel does (kernfs_get_target_path): a link to an ancestor climbs one level
+/// above it and names it, e.g. `net/<if>/device -> ../../../<BDF>`.
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let f: Vec<Component> = from.components().collect();
+    let t: Vec<Component> = to.components().collect();
+    let mut common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    if common == t.len() {
+        common -= 1;
+    }
+    let mut rel = PathBuf::new();
+    for _ in common..f.len() {
+        rel.push("..");
+    }
+    for c in &t[common..] {
+        rel.push(c);
+    }
+    rel
+}

@@ -1,0 +1,5 @@
+//! Shared test support. Use from an integration test with `mod common;` and
+//! `use common::emuhost::{EmuHost, EmuOptions};`.
+#![allow(dead_code)]
+
+pub mod emuhost;

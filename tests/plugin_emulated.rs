@@ -1,0 +1,881 @@
+//! The real `ib-sriov` binary on the emulated host (tests/common/emuhost.rs): a sysfs tree
+//! laid out as the kernel does, veth pairs in a private "host" netns standing in for the
+//! PF and VF netdevs, and real pod network namespaces. Needs root; without it the fixture
+//! panics, so these tests fail rather than skip.
+//!
+//! Fault injection needs the `failpoints` feature (`cargo test --features failpoints`,
+//! the README's test command); without it `failpoints_feature_is_enabled` fails.
+
+mod common;
+
+use common::emuhost::{EmuHost, EmuOptions, Pod};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
+const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// One emulated host plus the plugin's state and IPAM directories under its root.
+struct Lab {
+    host: EmuHost,
+    state: PathBuf,
+    data: PathBuf,
+}
+
+impl Lab {
+    fn new(opts: EmuOptions) -> Lab {
+        let host = EmuHost::build(opts);
+        let state = host.root().join("var-lib-cni-ib-sriov");
+        let data = host.root().join("var-lib-cni-networks");
+        Lab { host, state, data }
+    }
+
+    fn default() -> Lab {
+        Self::new(EmuOptions::default())
+    }
+
+    /// A network config for VF `vf` with the built-in IPAM on 10.56.217.0/24.
+    fn conf(&self, version: &str, vf: u32) -> Value {
+        json!({
+            "cniVersion": version,
+            "name": "ibnet",
+            "type": "ib-sriov",
+            "deviceID": self.host.vf(vf).addr,
+            "stateDir": self.state,
+            "logLevel": "debug",
+            "ipam": {
+                "type": "ib-sriov-ipam",
+                "subnet": "10.56.217.0/24",
+                "gateway": "10.56.217.1",
+                "routes": [{"dst": "192.168.0.0/16"}],
+                "dataDir": self.data,
+            }
+        })
+    }
+
+    fn run(&self, cmd: &str, cid: &str, netns: &str, conf: &Value, extra: &[(&str, &str)]) -> Run {
+        let out = self.host.run_plugin(
+            Path::new(BIN),
+            cmd,
+            cid,
+            netns,
+            "net1",
+            &conf.to_string(),
+            extra,
+        );
+        Run::from(out)
+    }
+
+    fn add(&self, cid: &str, pod: &Pod, conf: &Value) -> Run {
+        self.run("ADD", cid, pod.netns(), conf, &[])
+    }
+
+    fn del(&self, cid: &str, netns: &str, conf: &Value) -> Run {
+        self.run("DEL", cid, netns, conf, &[])
+    }
+
+    fn check(&self, cid: &str, pod: &Pod, conf: &Value, prev: &Value) -> Run {
+        let mut c = conf.clone();
+        c["prevResult"] = prev.clone();
+        self.run("CHECK", cid, pod.netns(), &c, &[])
+    }
+
+    fn journals(&self) -> Vec<String> {
+        list(&self.state)
+            .into_iter()
+            .filter(|n| n != "locks")
+            .collect()
+    }
+
+    /// Addresses allocated in the built-in IPAM store of network `ibnet`.
+    fn allocations(&self) -> Vec<String> {
+        list(&self.data.join("ibnet"))
+            .into_iter()
+            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip") && !n.starts_with('.'))
+            .collect()
+    }
+
+    fn read(&self, p: Option<PathBuf>) -> String {
+        std::fs::read_to_string(p.expect("OFED file"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    fn driver_file(&self, driver: &str, f: &str) -> String {
+        std::fs::read_to_string(
+            self.host
+                .root()
+                .join("bus/pci/drivers")
+                .join(driver)
+                .join(f),
+        )
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+    }
+}
+
+fn list(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The outcome of one invocation.
+#[derive(Debug)]
+struct Run {
+    ok: bool,
+    json: Value,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let json = if stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&stdout)
+                .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout:?}"))
+        };
+        Run {
+            ok: o.status.success(),
+            json,
+            stdout,
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    #[track_caller]
+    fn expect_ok(self) -> Value {
+        assert!(
+            self.ok,
+            "expected success, got {} / stderr: {}",
+            self.stdout, self.stderr
+        );
+        self.json
+    }
+
+    #[track_caller]
+    fn expect_code(self, code: u64) -> Value {
+        assert!(
+            !self.ok,
+            "expected error code {code}, got success: {}",
+            self.stdout
+        );
+        assert_eq!(
+            self.json["code"], code,
+            "expected code {code}: {} / stderr: {}",
+            self.stdout, self.stderr
+        );
+        assert!(self.json["msg"].as_str().is_some_and(|m| !m.is_empty()));
+        self.json
+    }
+}
+
+/// The IPv4 addresses on `ifname` in the pod (the kernel adds an IPv6 link-local itself).
+fn pod_addrs(pod: &Pod, ifname: &str) -> Vec<String> {
+    pod.link_snapshots()
+        .into_iter()
+        .find(|l| l.name == ifname)
+        .map(|l| l.addrs.into_iter().filter(|a| !a.contains(':')).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn version_lists_every_supported_version() {
+    let lab = Lab::default();
+    let r = lab
+        .run("VERSION", "", "", &json!({"cniVersion": "1.0.0"}), &[])
+        .expect_ok();
+    assert_eq!(r["cniVersion"], "1.0.0");
+    assert_eq!(r["supportedVersions"], json!(VERSIONS));
+}
+
+#[test]
+fn add_check_del_del_for_every_version() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(0);
+    for (i, version) in VERSIONS.iter().enumerate() {
+        let before = lab.host.snapshot();
+        let pod = lab.host.new_pod();
+        let cid = format!("ctr-{i}");
+        let conf = lab.conf(version, 0);
+        let res = lab.add(&cid, &pod, &conf).expect_ok();
+
+        assert_eq!(res["cniVersion"], *version);
+        let iface = &res["interfaces"][0];
+        assert_eq!(iface["name"], "net1");
+        assert_eq!(iface["sandbox"], pod.netns());
+        assert_eq!(
+            iface["mac"].as_str().unwrap().split(':').count(),
+            6,
+            "veth MAC"
+        );
+        let ip = &res["ips"][0];
+        assert!(ip["address"].as_str().unwrap().starts_with("10.56.217."));
+        assert!(ip["address"].as_str().unwrap().ends_with("/24"));
+        assert_eq!(ip["gateway"], "10.56.217.1");
+        assert_eq!(ip["interface"], 0);
+        if version.starts_with("0.") {
+            assert_eq!(ip["version"], "4", "{version}");
+        } else {
+            assert!(ip.get("version").is_none(), "{version}");
+        }
+        if *version == "1.1.0" {
+            assert_eq!(iface["pciID"], vf.addr);
+            assert_eq!(iface["mtu"], 2044);
+        } else {
+            assert!(iface.get("pciID").is_none() && iface.get("mtu").is_none());
+        }
+        assert_eq!(res["routes"][0]["dst"], "192.168.0.0/16");
+
+        // The netdev is in the pod as net1, up, with the address; gone from the host.
+        let addr = ip["address"].as_str().unwrap().to_string();
+        let pl = pod.link_snapshots();
+        let net1 = pl.iter().find(|l| l.name == "net1").expect("net1 in pod");
+        assert!(net1.up);
+        assert!(net1.addrs.contains(&addr), "{:?}", net1.addrs);
+        let route = pod.exec(&["ip", "route", "show", "192.168.0.0/16"]);
+        assert!(String::from_utf8_lossy(&route.stdout).contains("via 10.56.217.1 dev net1"));
+        assert!(lab
+            .host
+            .snapshot()
+            .link(vf.netdev.as_ref().unwrap())
+            .is_none());
+        assert_eq!(lab.journals(), vec![format!("{cid}-net1")]);
+        assert_eq!(
+            lab.allocations(),
+            vec![addr.trim_end_matches("/24").to_string()]
+        );
+
+        if version.starts_with("0.3") {
+            // CHECK arrived in 0.4.0.
+            lab.check(&cid, &pod, &conf, &res).expect_code(1);
+        } else {
+            assert_eq!(lab.check(&cid, &pod, &conf, &res).expect_ok(), Value::Null);
+        }
+
+        lab.del(&cid, pod.netns(), &conf).expect_ok();
+        assert_eq!(
+            lab.host.snapshot(),
+            before,
+            "host restored after DEL ({version})"
+        );
+        assert_eq!(pod.links(), vec!["lo"]);
+        assert!(lab.journals().is_empty());
+        assert!(lab.allocations().is_empty());
+        lab.del(&cid, pod.netns(), &conf).expect_ok();
+        assert_eq!(lab.host.snapshot(), before, "second DEL changes nothing");
+    }
+}
+
+#[test]
+fn guid_and_link_state_are_set_then_restored_through_ofed_files() {
+    // The PF is a veth: the kernel answers EOPNOTSUPP to IFLA_VF_* and the plugin falls
+    // back to the MLNX_OFED sysfs files.
+    let lab = Lab::default();
+    let vf = lab.host.vf(1);
+    let before = lab.host.snapshot();
+    let (node0, port0) = (lab.read(vf.ofed_node()), lab.read(vf.ofed_port()));
+    assert_eq!(lab.read(vf.ofed_policy()), "Follow");
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 1);
+    conf["runtimeConfig"] = json!({"infinibandGUID": "02:aa:bb:cc:dd:ee:ff:01"});
+    conf["link_state"] = json!("enable");
+    let res = lab.add("c1", &pod, &conf).expect_ok();
+    assert_eq!(lab.read(vf.ofed_node()), "02:aa:bb:cc:dd:ee:ff:01");
+    assert_eq!(lab.read(vf.ofed_port()), "02:aa:bb:cc:dd:ee:ff:01");
+    assert_eq!(lab.read(vf.ofed_policy()), "Up");
+    // The GUID change rebinds the VF driver.
+    assert_eq!(lab.driver_file("mlx5_core", "unbind"), vf.addr);
+    assert_eq!(lab.driver_file("mlx5_core", "bind"), vf.addr);
+    lab.check("c1", &pod, &conf, &res).expect_ok();
+
+    // CHECK notices a GUID changed behind our back.
+    std::fs::write(vf.ofed_port().unwrap(), "02:aa:bb:cc:dd:ee:ff:02\n").unwrap();
+    let e = lab.check("c1", &pod, &conf, &res).expect_code(104);
+    assert!(e["msg"].as_str().unwrap().contains("port GUID"), "{e}");
+    std::fs::write(vf.ofed_port().unwrap(), "02:aa:bb:cc:dd:ee:ff:01\n").unwrap();
+
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.read(vf.ofed_node()), node0);
+    assert_eq!(lab.read(vf.ofed_port()), port0);
+    assert_eq!(lab.read(vf.ofed_policy()), "Follow");
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+#[test]
+fn guid_precedence_and_no_rebind_when_unchanged() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(2);
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 2);
+    conf["guid"] = json!("02:00:00:00:00:00:00:33");
+    conf["args"] = json!({"cni": {"guid": "02:00:00:00:00:00:00:22", "labels": {"a": 1}, "n": 5}});
+    lab.add("c1", &pod, &conf).expect_ok();
+    assert_eq!(
+        lab.read(vf.ofed_node()),
+        "02:00:00:00:00:00:00:22",
+        "args.cni.guid wins over guid"
+    );
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+
+    // A GUID equal to the current one: no set, no rebind.
+    std::fs::write(vf.ofed_node().unwrap(), "02:00:00:00:00:00:00:44\n").unwrap();
+    std::fs::write(vf.ofed_port().unwrap(), "02:00:00:00:00:00:00:44\n").unwrap();
+    let unbind = lab.host.root().join("bus/pci/drivers/mlx5_core/unbind");
+    std::fs::write(&unbind, "").unwrap();
+    let mut conf = lab.conf("1.0.0", 2);
+    conf["runtimeConfig"] = json!({"infinibandGUID": "02:00:00:00:00:00:00:44"});
+    lab.add("c2", &pod, &conf).expect_ok();
+    assert_eq!(std::fs::read_to_string(&unbind).unwrap(), "", "no rebind");
+    lab.del("c2", pod.netns(), &conf).expect_ok();
+}
+
+#[test]
+fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
+    let lab = Lab::new(EmuOptions {
+        zero_guids: true,
+        ..Default::default()
+    });
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let e = lab.add("c1", &pod, &lab.conf("1.0.0", 0)).expect_code(7);
+    assert!(e["msg"].as_str().unwrap().contains("infinibandGUID"), "{e}");
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    // With a GUID it works.
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["guid"] = json!("02:00:00:00:00:00:00:01");
+    lab.add("c1", &pod, &conf).expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+#[test]
+fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
+    let lab = Lab::new(EmuOptions {
+        vfio: vec![3],
+        ..Default::default()
+    });
+    let vf = lab.host.vf(3);
+    assert!(vf.is_vfio());
+    let before = lab.host.snapshot();
+    let node0 = lab.read(vf.ofed_node());
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.1.0", 3);
+    conf["guid"] = json!("02:00:00:00:00:00:0f:0f");
+    conf["link_state"] = json!("disable");
+    let res = lab.add("c1", &pod, &conf).expect_ok();
+    assert_eq!(res["interfaces"][0]["pciID"], vf.addr);
+    assert!(res.get("ips").is_none());
+    assert_eq!(lab.read(vf.ofed_node()), "02:00:00:00:00:00:0f:0f");
+    assert_eq!(lab.read(vf.ofed_policy()), "Down");
+    assert_eq!(
+        lab.driver_file("vfio-pci", "unbind"),
+        "",
+        "no rebind in vfio mode"
+    );
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert!(lab.allocations().is_empty());
+    lab.check("c1", &pod, &conf, &res).expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.read(vf.ofed_node()), node0);
+    assert_eq!(lab.host.snapshot(), before);
+
+    // vfioPciMode: false on a vfio-pci VF is a config error naming the fix.
+    let mut conf = lab.conf("1.0.0", 3);
+    conf["vfioPciMode"] = json!(false);
+    let e = lab.add("c2", &pod, &conf).expect_code(7);
+    assert!(e["msg"].as_str().unwrap().contains("vfio-pci"));
+}
+
+#[test]
+fn del_after_the_pod_netns_was_deleted() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(0);
+    let node0 = lab.read(vf.ofed_node());
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["guid"] = json!("02:00:00:00:00:00:00:99");
+    conf["link_state"] = json!("enable");
+    lab.add("c1", &pod, &conf).expect_ok();
+    let netns = pod.netns().to_string();
+    pod.delete().unwrap();
+    // With CNI_NETNS still naming the deleted path, and again with it empty.
+    lab.del("c1", &netns, &conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert!(lab.allocations().is_empty());
+    assert_eq!(lab.read(vf.ofed_node()), node0);
+    assert_eq!(lab.read(vf.ofed_policy()), "Follow");
+    lab.del("c1", "", &conf).expect_ok();
+    // Emulation limit: a veth is destroyed with its netns (a real VF netdev returns to
+    // the host; the kernel lab covers that), so only the other VFs are still there.
+    let snap = lab.host.snapshot();
+    assert!(snap.link(vf.netdev.as_ref().unwrap()).is_none());
+    assert!(snap.link(lab.host.vf(1).netdev.as_ref().unwrap()).is_some());
+}
+
+#[test]
+fn del_with_empty_netns_still_releases_the_ip() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 1);
+    lab.add("c1", &pod, &conf).expect_ok();
+    assert_eq!(lab.allocations().len(), 1);
+    lab.del("c1", "", &conf).expect_ok();
+    assert!(
+        lab.allocations().is_empty(),
+        "IP released with an empty CNI_NETNS"
+    );
+}
+
+#[test]
+fn del_without_a_journal_releases_the_ip_and_returns_the_netdev() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 2);
+    lab.add("c1", &pod, &conf).expect_ok();
+    std::fs::remove_file(lab.state.join("c1-net1")).unwrap();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert!(lab.allocations().is_empty());
+    assert_eq!(pod.links(), vec!["lo"]);
+    // Back under its sysfs name; without a journal its earlier admin state is unknown,
+    // so it is left down. Everything else is as before.
+    let name = lab.host.vf(2).netdev.clone().unwrap();
+    let mut after = lab.host.snapshot();
+    let l = after
+        .links
+        .iter_mut()
+        .find(|l| l.name == name)
+        .expect("netdev back in host");
+    assert!(!l.up);
+    l.up = true;
+    assert_eq!(after, before);
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+}
+
+#[test]
+fn two_adds_racing_for_one_vf() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pods = [lab.host.new_pod(), lab.host.new_pod()];
+    let conf = lab.conf("1.0.0", 0);
+    let runs: Vec<Run> = std::thread::scope(|s| {
+        let hs: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let (lab, conf) = (&lab, &conf);
+                s.spawn(move || lab.add(&format!("race-{i}"), p, conf))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let winners: Vec<usize> = (0..2).filter(|&i| runs[i].ok).collect();
+    assert_eq!(winners.len(), 1, "exactly one ADD wins: {runs:?}");
+    let loser = &runs[1 - winners[0]];
+    assert_eq!(loser.json["code"], 101, "{loser:?}");
+    assert!(loser.json["msg"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("race-{}", winners[0])));
+    assert_eq!(lab.journals().len(), 1);
+    assert_eq!(lab.allocations().len(), 1);
+    // The loser's DEL must not disturb the winner.
+    lab.del(
+        &format!("race-{}", 1 - winners[0]),
+        pods[1 - winners[0]].netns(),
+        &conf,
+    )
+    .expect_ok();
+    assert!(pods[winners[0]].links().contains(&"net1".to_string()));
+    assert_eq!(lab.allocations().len(), 1);
+    lab.del(
+        &format!("race-{}", winners[0]),
+        pods[winners[0]].netns(),
+        &conf,
+    )
+    .expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.allocations().is_empty() && lab.journals().is_empty());
+}
+
+#[test]
+fn parallel_adds_on_several_vfs_get_distinct_ips_and_leak_nothing() {
+    let lab = Lab::new(EmuOptions {
+        vfs: 6,
+        ..Default::default()
+    });
+    let before = lab.host.snapshot();
+    let pods: Vec<Pod> = (0..6).map(|_| lab.host.new_pod()).collect();
+    let results: Vec<Value> = std::thread::scope(|s| {
+        let hs: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let lab = &lab;
+                s.spawn(move || {
+                    lab.add(&format!("p{i}"), p, &lab.conf("1.0.0", i as u32))
+                        .expect_ok()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ips: Vec<String> = results
+        .iter()
+        .map(|r| r["ips"][0]["address"].as_str().unwrap().to_string())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 6, "distinct IPs: {ips:?}");
+    for (i, p) in pods.iter().enumerate() {
+        assert_eq!(
+            pod_addrs(p, "net1"),
+            vec![results[i]["ips"][0]["address"].as_str().unwrap()]
+        );
+    }
+    std::thread::scope(|s| {
+        for (i, p) in pods.iter().enumerate() {
+            let lab = &lab;
+            s.spawn(move || {
+                lab.del(&format!("p{i}"), p.netns(), &lab.conf("1.0.0", i as u32))
+                    .expect_ok()
+            });
+        }
+    });
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.allocations().is_empty() && lab.journals().is_empty());
+}
+
+#[test]
+fn lock_timeout_is_code_11() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["lockTimeoutMs"] = json!(200);
+    let lock = lab
+        .state
+        .join("locks")
+        .join(format!("{}.lock", lab.host.vf(0).addr));
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(&lock).unwrap();
+    f.lock().unwrap();
+    let before = lab.host.snapshot();
+    lab.add("c1", &pod, &conf).expect_code(11);
+    assert_eq!(lab.host.snapshot(), before);
+    drop(f);
+    lab.add("c1", &pod, &conf).expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+}
+
+#[test]
+fn runtime_inputs_multus_style() {
+    // Repeated IgnoreUnknown, pciBusID instead of deviceID, capabilities left in,
+    // runtimeConfig.deviceID, args.cni values of every JSON type.
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("0.4.0", 1);
+    conf.as_object_mut().unwrap().remove("deviceID");
+    conf["pciBusID"] = json!("0000:af:01.7");
+    conf["runtimeConfig"] = json!({"deviceID": lab.host.vf(1).addr});
+    conf["capabilities"] = json!({"infinibandGUID": true, "deviceID": true});
+    conf["args"] = json!({"cni": {"x": [1, 2], "y": null, "z": {"k": true}, "n": 3.5}});
+    let args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=c1";
+    let r = lab.run("ADD", "c1", pod.netns(), &conf, &[("CNI_ARGS", args)]);
+    r.expect_ok();
+    lab.run("DEL", "c1", pod.netns(), &conf, &[("CNI_ARGS", args)])
+        .expect_ok();
+}
+
+#[test]
+fn every_bad_input_gets_its_code_and_changes_nothing() {
+    let lab = Lab::new(EmuOptions {
+        vfio: vec![3],
+        ..Default::default()
+    });
+    let before = lab.host.snapshot();
+    let ofed_before: Vec<(String, String)> = before.ofed.clone();
+    let pod = lab.host.new_pod();
+    let good = lab.conf("1.0.0", 0);
+    let with = |k: &str, v: Value| {
+        let mut c = good.clone();
+        c[k] = v;
+        c
+    };
+    let mut cases: Vec<(&str, Value, Vec<(&str, &str)>, u64)> = vec![
+        (
+            "cniVersion 0.2.0",
+            with("cniVersion", json!("0.2.0")),
+            vec![],
+            1,
+        ),
+        (
+            "cniVersion 9.9.9",
+            with("cniVersion", json!("9.9.9")),
+            vec![],
+            1,
+        ),
+        (
+            "deviceID garbage",
+            with("deviceID", json!("not-pci")),
+            vec![],
+            7,
+        ),
+        (
+            "deviceID unknown",
+            with("deviceID", json!("0000:af:07.7")),
+            vec![],
+            7,
+        ),
+        (
+            "deviceID is the PF",
+            with("deviceID", json!("0000:af:00.0")),
+            vec![],
+            7,
+        ),
+        (
+            "deviceID not a string",
+            with("deviceID", json!(12)),
+            vec![],
+            7,
+        ),
+        ("guid malformed", with("guid", json!("02:00:00")), vec![], 7),
+        (
+            "guid all zero",
+            with("guid", json!("00:00:00:00:00:00:00:00")),
+            vec![],
+            7,
+        ),
+        ("link_state bad", with("link_state", json!("up")), vec![], 7),
+        ("pkey bad", with("pkey", json!("0xfffff")), vec![], 7),
+        (
+            "rdmaIsolation not bool",
+            with("rdmaIsolation", json!("yes")),
+            vec![],
+            7,
+        ),
+        (
+            "ipam bad subnet",
+            with(
+                "ipam",
+                json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/33"}),
+            ),
+            vec![],
+            7,
+        ),
+        (
+            "ipam dhcp",
+            with("ipam", json!({"type": "dhcp"})),
+            vec![],
+            7,
+        ),
+        (
+            "ipam without type",
+            with("ipam", json!({"subnet": "10.0.0.0/24"})),
+            vec![],
+            7,
+        ),
+        (
+            "vfio VF with vfioPciMode false",
+            {
+                let mut c = with("vfioPciMode", json!(false));
+                c["deviceID"] = json!(lab.host.vf(3).addr);
+                c
+            },
+            vec![],
+            7,
+        ),
+        (
+            "ibKubernetesEnabled, pod not annotated",
+            with("ibKubernetesEnabled", json!(true)),
+            vec![],
+            11,
+        ),
+        (
+            "ibKubernetesEnabled, no GUID",
+            {
+                let mut c = with("ibKubernetesEnabled", json!(true));
+                c["args"] = json!({"cni": {"mellanox.infiniband.app": "configured"}});
+                c
+            },
+            vec![],
+            11,
+        ),
+        (
+            "no deviceID",
+            {
+                let mut c = good.clone();
+                c.as_object_mut().unwrap().remove("deviceID");
+                c
+            },
+            vec![],
+            7,
+        ),
+        (
+            "CNI_ARGS malformed",
+            good.clone(),
+            vec![("CNI_ARGS", "garbage")],
+            4,
+        ),
+        (
+            "CNI_IFNAME too long",
+            good.clone(),
+            vec![("CNI_IFNAME", "sixteen-chars-xx")],
+            4,
+        ),
+        (
+            "CNI_CONTAINERID bad",
+            good.clone(),
+            vec![("CNI_CONTAINERID", "../x")],
+            4,
+        ),
+        (
+            "CNI_NETNS missing path",
+            good.clone(),
+            vec![("CNI_NETNS", "/var/run/netns/does-not-exist")],
+            3,
+        ),
+        (
+            "CNI_COMMAND unknown",
+            good.clone(),
+            vec![("CNI_COMMAND", "ATTACH")],
+            4,
+        ),
+    ];
+    // CNI_IFNAME already present in the pod.
+    pod.exec(&["ip", "link", "add", "net1", "type", "dummy"]);
+    let has_dummy = pod.links().contains(&"net1".to_string());
+    if !has_dummy {
+        // No dummy module on this kernel: use a veth end instead.
+        let out = pod.exec(&[
+            "ip", "link", "add", "net1", "type", "veth", "peer", "name", "net1p",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    cases.push(("CNI_IFNAME exists in the pod", good.clone(), vec![], 4));
+    for (what, conf, env, code) in cases {
+        let r = lab.run("ADD", "bad", pod.netns(), &conf, &env);
+        let j = r.expect_code(code);
+        assert!(j["cniVersion"].is_string(), "{what}: {j}");
+        assert_eq!(lab.host.snapshot(), before, "{what}: host changed");
+        assert!(lab.journals().is_empty(), "{what}: journal left");
+        assert!(lab.allocations().is_empty(), "{what}: IP allocated");
+        let _ = ofed_before.len();
+    }
+    // Undecodable stdin: code 6.
+    let out = lab.host.run_plugin(
+        Path::new(BIN),
+        "ADD",
+        "bad",
+        pod.netns(),
+        "net1",
+        "{nope",
+        &[],
+    );
+    Run::from(out).expect_code(6);
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// Each ADD step failing (fail points), then DEL: the host is exactly as before.
+#[cfg(feature = "failpoints")]
+#[test]
+fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(1);
+    let before = lab.host.snapshot();
+    for point in [
+        "add.journal",
+        "add.link_state",
+        "add.guid",
+        "add.rebind",
+        "add.move",
+        "add.ipam",
+        "add.addresses",
+        "add.complete",
+    ] {
+        let pod = lab.host.new_pod();
+        let mut conf = lab.conf("1.0.0", 1);
+        conf["guid"] = json!("02:00:00:00:00:00:77:77");
+        conf["link_state"] = json!("enable");
+        let spec = format!("{point}=error");
+        let r = lab.run(
+            "ADD",
+            "fp",
+            pod.netns(),
+            &conf,
+            &[("IB_SRIOV_FAILPOINTS", &spec)],
+        );
+        let e = r.expect_code(102);
+        assert!(e["msg"].as_str().unwrap().contains(point), "{point}: {e}");
+        assert_eq!(
+            lab.host.snapshot(),
+            before,
+            "{point}: rollback restored the host"
+        );
+        assert_eq!(pod.links(), vec!["lo"], "{point}");
+        assert!(lab.journals().is_empty(), "{point}: journal removed");
+        assert!(lab.allocations().is_empty(), "{point}: IP released");
+        lab.del("fp", pod.netns(), &conf).expect_ok();
+        assert_eq!(lab.host.snapshot(), before, "{point}: DEL after rollback");
+        assert_eq!(lab.read(vf.ofed_policy()), "Follow");
+    }
+}
+
+/// A failing undo keeps the journal and reports the undo error in `details`; DEL then
+/// finishes the job.
+#[cfg(feature = "failpoints")]
+#[test]
+fn failed_rollback_keeps_the_journal_for_del() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 2);
+    conf["link_state"] = json!("enable");
+    let r = lab.run(
+        "ADD",
+        "fp",
+        pod.netns(),
+        &conf,
+        &[(
+            "IB_SRIOV_FAILPOINTS",
+            "add.addresses=error,del.link_state=error",
+        )],
+    );
+    let e = r.expect_code(102);
+    assert!(e["msg"].as_str().unwrap().contains("add.addresses"));
+    assert!(
+        e["details"].as_str().unwrap().contains("del.link_state"),
+        "{e}"
+    );
+    assert_eq!(lab.journals(), vec!["fp-net1"]);
+    lab.del("fp", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[test]
+fn failpoints_feature_is_enabled() {
+    panic!(
+        "fault-injection tests need `cargo test --features failpoints` (the README's test command)"
+    );
+}
