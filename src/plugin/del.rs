@@ -126,9 +126,7 @@ fn teardown_with(ctx: &Ctx, j: &Journal, netns: Option<&str>) -> Result<(), CniE
         ))
         .with_details(errs.join("; ")));
     }
-    if let Err(e) = hit("del.journal") {
-        return Err(e);
-    }
+    hit("del.journal")?;
     ctx.store
         .remove(&j.container_id, &j.ifname)
         .map_err(|e| CniError::new(code::IO_FAILURE, format!("removing journal: {e}")))?;
