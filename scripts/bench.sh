@@ -185,7 +185,7 @@ cleanup() {
     set +e
     for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
     if ((emu_made)); then
-        "$emu_bin" destroy --prefix "$prefix" --root "$emu_root" >/dev/null 2>&1
+        "$emu_bin" destroy --prefix "${prefix}e" --root "$emu_root" >/dev/null 2>&1
     fi
     rm -rf "$tmp"
 }
@@ -208,7 +208,7 @@ if want ours; then
         build() { (cd "$repo" && cargo build --release --bins --examples >&2); }
     fi
     if build &&
-        emu_made=1 && "$emu_bin" create --prefix "$prefix" --vfs 1 --root "$emu_root" >"$tmp/emu.json"; then
+        emu_made=1 && "$emu_bin" create --prefix "${prefix}e" --vfs 1 --root "$emu_root" >"$tmp/emu.json"; then
         export BENCH_OURS_BIN="$ours_bin"
         BENCH_SYSFS_ROOT="$(jq -r .root "$tmp/emu.json")"
         export BENCH_SYSFS_ROOT

@@ -10,6 +10,17 @@ use std::time::{Duration, Instant};
 /// written and fsync'd, renamed over `path`, then the directory is fsync'd, so a crash
 /// leaves either the old or the new content, never a mix (rename(2) atomicity).
 pub fn atomic_write(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_replace(path, data, true)
+}
+
+/// Like [`atomic_write`] (readers see the old or the new content, never a mix) but
+/// without the fsyncs: for state whose loss in a crash is harmless (a hint, or a flag
+/// that only makes the next DEL do work it would have done anyway).
+pub fn replace_nosync(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_replace(path, data, false)
+}
+
+fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
@@ -28,9 +39,14 @@ pub fn atomic_write(path: &Path, data: &[u8]) -> io::Result<()> {
             .truncate(true)
             .open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
-        fsync_dir(dir)
+        if durable {
+            fsync_dir(dir)?;
+        }
+        Ok(())
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);

@@ -602,6 +602,9 @@ fn runtime_inputs_multus_style() {
         .expect_ok();
 }
 
+/// (what, config, extra environment, expected code).
+type BadCase<'a> = (&'a str, Value, Vec<(&'a str, &'a str)>, u64);
+
 #[test]
 fn every_bad_input_gets_its_code_and_changes_nothing() {
     let lab = Lab::new(EmuOptions {
@@ -609,7 +612,6 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
         ..Default::default()
     });
     let before = lab.host.snapshot();
-    let ofed_before: Vec<(String, String)> = before.ofed.clone();
     let pod = lab.host.new_pod();
     let good = lab.conf("1.0.0", 0);
     let with = |k: &str, v: Value| {
@@ -617,7 +619,7 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
         c[k] = v;
         c
     };
-    let mut cases: Vec<(&str, Value, Vec<(&str, &str)>, u64)> = vec![
+    let mut cases: Vec<BadCase> = vec![
         (
             "cniVersion 0.2.0",
             with("cniVersion", json!("0.2.0")),
@@ -779,7 +781,6 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
         assert_eq!(lab.host.snapshot(), before, "{what}: host changed");
         assert!(lab.journals().is_empty(), "{what}: journal left");
         assert!(lab.allocations().is_empty(), "{what}: IP allocated");
-        let _ = ofed_before.len();
     }
     // Undecodable stdin: code 6.
     let out = lab.host.run_plugin(

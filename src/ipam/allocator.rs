@@ -431,7 +431,8 @@ mod tests {
     fn round_robin_table_from_host_local() {
         // allocator_test.go "should allocate ips in round robin": (subnets,
         // held, lastIP, expected)
-        let cases: &[(&[&str], &[&str], Option<&str>, &str)] = &[
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], Option<&'a str>, &'a str);
+        let cases: &[Case] = &[
             (&["10.0.0.0/29"], &[], None, "10.0.0.2"),
             (&["2001:db8:1::0/64"], &[], None, "2001:db8:1::2"),
             (&["10.0.0.0/30"], &[], None, "10.0.0.2"),

@@ -18,9 +18,13 @@ use super::range_set::RangeSet;
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawRange {
+    /// `subnet`: CIDR, network address (required for a range).
     subnet: Option<String>,
+    /// `rangeStart`: first address, inclusive.
     range_start: Option<String>,
+    /// `rangeEnd`: last address, inclusive.
     range_end: Option<String>,
+    /// `gateway`: returned with addresses, never allocated.
     gateway: Option<String>,
 }
 
@@ -28,7 +32,9 @@ struct RawRange {
 /// ignored.
 #[derive(Debug, Deserialize)]
 struct RawRoute {
+    /// `dst`: destination CIDR (required).
     dst: Option<String>,
+    /// `gw`: next hop (optional).
     gw: Option<String>,
 }
 
@@ -36,12 +42,17 @@ struct RawRoute {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawIpam {
+    /// `type`.
     #[serde(rename = "type")]
     ipam_type: Option<String>,
+    /// Legacy top-level `subnet`/`rangeStart`/`rangeEnd`/`gateway`.
     #[serde(flatten)]
     legacy: RawRange,
+    /// `ranges`: list of range sets.
     ranges: Option<Vec<Vec<RawRange>>>,
+    /// `routes`.
     routes: Option<Vec<RawRoute>>,
+    /// `dataDir`.
     data_dir: Option<String>,
 }
 
@@ -75,10 +86,12 @@ pub struct IpamConfig {
     pub data_dir: PathBuf,
 }
 
+/// Shorthand for [`IpamError::InvalidConfig`].
 fn invalid(msg: String) -> IpamError {
     IpamError::InvalidConfig(msg)
 }
 
+/// Validate one raw range object (`subnet` is required).
 fn range_from_raw(raw: &RawRange) -> Result<Range, String> {
     let subnet = raw
         .subnet

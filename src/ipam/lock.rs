@@ -38,7 +38,9 @@ pub enum LockMode {
 /// description releases the flock).
 #[derive(Debug)]
 pub struct FileLock {
+    /// The open lock file; its open file description holds the flock.
     file: File,
+    /// `<dir>/lock`, for messages.
     path: PathBuf,
 }
 

@@ -208,6 +208,22 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         steps: Vec::new(),
         complete: false,
     };
+    // The plan, journaled durably before the first change.
+    if set_link_state.is_some() {
+        j.steps.push(Step::LinkState);
+    }
+    if set_guid.is_some() {
+        j.steps.push(Step::Guid);
+        if !vfio {
+            j.steps.push(Step::Rebind);
+        }
+    }
+    if !vfio {
+        j.steps.push(Step::MoveNetdev);
+        if ipam.is_some() {
+            j.steps.push(Step::Ipam);
+        }
+    }
     save(ctx, &j)?;
 
     let plan = Plan {
@@ -251,11 +267,6 @@ fn save(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
     })
 }
 
-fn begin(ctx: &Ctx, j: &mut Journal, step: Step) -> Result<(), CniError> {
-    j.steps.push(step);
-    save(ctx, j)
-}
-
 fn steps(
     ctx: &Ctx,
     j: &mut Journal,
@@ -267,30 +278,19 @@ fn steps(
     hit("add.journal")?;
 
     if let Some(ls) = plan.set_link_state {
-        begin(ctx, j, Step::LinkState)?;
         let via = view
             .set_link_state(ls, j.link_state_via)
             .map_err(CniError::host)?;
-        if j.link_state_via != Some(via) {
-            j.link_state_via = Some(via);
-            save(ctx, j)?;
-        }
         log::info!("VF {} link state set to {ls} via {via:?}", j.vf);
         hit("add.link_state")?;
     }
 
     let mut netdev = plan.host_link.clone();
     if let Some(g) = plan.set_guid {
-        begin(ctx, j, Step::Guid)?;
         let via = view.set_guids(g, g, j.guid_via).map_err(CniError::host)?;
-        if j.guid_via != Some(via) {
-            j.guid_via = Some(via);
-            save(ctx, j)?;
-        }
         log::info!("VF {} node and port GUID set to {g} via {via:?}", j.vf);
         hit("add.guid")?;
         if !plan.vfio {
-            begin(ctx, j, Step::Rebind)?;
             netdev = Some(rebind(ctx, host_nl, j)?);
             hit("add.rebind")?;
         }
@@ -312,7 +312,6 @@ fn steps(
     }
 
     let link = netdev.ok_or_else(|| CniError::internal("non-vfio VF without a netdev"))?;
-    begin(ctx, j, Step::MoveNetdev)?;
     if link.up {
         host_nl
             .set_down(link.index)
@@ -357,7 +356,6 @@ fn steps(
     out.interfaces.push(iface);
 
     if let Some(ipam) = &plan.ipam {
-        begin(ctx, j, Step::Ipam)?;
         let (ips, routes) = match ipam {
             Ipam::Builtin(c) => {
                 let a = c
@@ -401,7 +399,15 @@ fn steps(
 fn finish(ctx: &Ctx, j: &mut Journal) -> Result<(), CniError> {
     hit("add.complete")?;
     j.complete = true;
-    save(ctx, j)
+    ctx.store.save_nosync(j).map_err(|e| {
+        CniError::new(
+            code::IO_FAILURE,
+            format!(
+                "writing journal {}: {e}",
+                ctx.store.path(&j.container_id, &j.ifname).display()
+            ),
+        )
+    })
 }
 
 /// Unbinds and binds the VF's driver so a new GUID takes effect (mlx5), then finds the

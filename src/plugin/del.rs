@@ -315,6 +315,15 @@ fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result
 
 fn restore_guid(ctx: &Ctx, host_nl: &Netlink, view: &PfView, j: &Journal) -> Result<(), CniError> {
     use crate::netlink::vf::GuidKind;
+    // Already original (the step never ran, or a previous DEL restored it): no set and,
+    // above all, no needless driver rebind.
+    if let Ok(st) = view.read() {
+        let cur = (st.node_guid.map(|g| g.0), st.port_guid.map(|g| g.0));
+        if cur.0 == j.orig_node_guid && (cur.1.is_none() || cur.1 == j.orig_port_guid) {
+            log::info!("VF {} already has its original GUIDs", j.vf);
+            return Ok(());
+        }
+    }
     let mut via = j.guid_via;
     let mut any = false;
     for (kind, g) in [
