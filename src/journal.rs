@@ -37,6 +37,9 @@ pub enum Step {
     Guid,
     /// VF driver unbound and bound again (GUID change takes effect).
     Rebind,
+    /// RDMA device moved into the pod netns (before the netdev: moving it re-creates
+    /// the IPoIB netdev in the default netns).
+    RdmaMove,
     /// Netdev moved into the pod netns (and renamed to CNI_IFNAME there).
     MoveNetdev,
     /// IPAM allocation taken.

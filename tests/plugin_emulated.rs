@@ -808,6 +808,7 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
         "add.link_state",
         "add.guid",
         "add.rebind",
+        "add.device_info",
         "add.move",
         "add.ipam",
         "add.addresses",
@@ -817,6 +818,8 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
         let mut conf = lab.conf("1.0.0", 1);
         conf["guid"] = json!("02:00:00:00:00:00:77:77");
         conf["link_state"] = json!("enable");
+        let devinfo = lab.host.root().join("devinfo").join("fp.json");
+        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": devinfo});
         let spec = format!("{point}=error");
         let r = lab.run(
             "ADD",
@@ -838,6 +841,7 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
         lab.del("fp", pod.netns(), &conf).expect_ok();
         assert_eq!(lab.host.snapshot(), before, "{point}: DEL after rollback");
         assert_eq!(lab.read(vf.ofed_policy()), "Follow");
+        assert!(!devinfo.exists(), "{point}: device-info file removed");
     }
 }
 
@@ -879,4 +883,73 @@ fn failpoints_feature_is_enabled() {
     panic!(
         "fault-injection tests need `cargo test --features failpoints` (the README's test command)"
     );
+}
+
+/// This machine's kernel has no RDMA subsystem (NETLINK_RDMA -> EPROTONOSUPPORT) while
+/// the emulated sysfs shows RDMA devices: `rdmaIsolation: true` must fail clearly and
+/// change nothing; absent proceeds and logs; false proceeds without asking.
+#[test]
+fn rdma_isolation_on_a_kernel_without_rdma() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["rdmaIsolation"] = json!(true);
+    conf["link_state"] = json!("enable");
+    let e = lab.add("c1", &pod, &conf).expect_code(7);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("rdmaIsolation") && msg.contains("RDMA"),
+        "{msg}"
+    );
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+
+    conf.as_object_mut().unwrap().remove("rdmaIsolation");
+    let r = lab.add("c1", &pod, &conf);
+    assert!(
+        r.stderr.contains("no RDMA subsystem"),
+        "logged: {}",
+        r.stderr
+    );
+    r.expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+
+    conf["rdmaIsolation"] = json!(false);
+    let r = lab.add("c1", &pod, &conf);
+    assert!(!r.stderr.contains("RDMA subsystem"), "{}", r.stderr);
+    r.expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// NPWG device-info spec 1.1.0 file at `runtimeConfig.CNIDeviceInfoFile`: written on ADD,
+/// removed on DEL, and nothing written when no path is given.
+#[test]
+fn device_info_file_written_on_add_and_removed_on_del() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let dir = lab.host.root().join("devinfo");
+    let path = dir.join("ibnet-c1-net1-deviceinfo.json");
+    let mut conf = lab.conf("1.1.0", 1);
+    conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": path});
+    lab.add("c1", &pod, &conf).expect_ok();
+    let info: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(info["type"], "pci");
+    assert_eq!(info["version"], "1.1.0");
+    assert_eq!(info["pci"]["pci-address"], lab.host.vf(1).addr);
+    assert_eq!(info["pci"]["pf-pci-address"], lab.host.pf().addr);
+    assert_eq!(
+        info["pci"]["rdma-device"],
+        lab.host.vf(1).rdma.clone().unwrap()
+    );
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert!(!path.exists(), "removed on DEL");
+
+    // Without a path nothing is written; an unrelated file there is left alone.
+    std::fs::write(dir.join("other.json"), "{}").unwrap();
+    let conf = lab.conf("1.1.0", 1);
+    lab.add("c2", &pod, &conf).expect_ok();
+    lab.del("c2", pod.netns(), &conf).expect_ok();
+    assert_eq!(list(&dir), vec!["other.json"]);
 }

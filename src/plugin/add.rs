@@ -14,6 +14,7 @@ use serde_json::Value;
 
 /// What validation found, carried into the steps.
 struct Plan {
+    rdma: Option<String>,
     vfio: bool,
     ipam: Option<Ipam>,
     pod_ns: NetNs,
@@ -168,6 +169,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     let orig_ls = st.link_state.map(|s| s.0);
     let set_link_state = conf.link_state.filter(|want| orig_ls != Some(*want));
 
+    let rdma_dev = super::rdma::plan(ctx, &dev, vfio)?;
+
     if let Some(pk) = conf.pkey {
         if !dev.pkeys.is_empty() && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff) {
             log::warn!(
@@ -197,7 +200,9 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         set_link_state,
         link_state_via: st.link_state.map(|s| s.1),
         rdma_isolation: conf.rdma_isolation,
-        rdma_device: dev.rdma_devices.first().cloned(),
+        rdma_device: rdma_dev
+            .clone()
+            .or_else(|| dev.rdma_devices.first().cloned()),
         ipam_type: conf
             .ipam
             .as_ref()
@@ -218,6 +223,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             j.steps.push(Step::Rebind);
         }
     }
+    if rdma_dev.is_some() {
+        j.steps.push(Step::RdmaMove);
+    }
+    if conf.device_info_file.is_some() {
+        j.steps.push(Step::DeviceInfo);
+    }
     if !vfio {
         j.steps.push(Step::MoveNetdev);
         if ipam.is_some() {
@@ -227,6 +238,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     save(ctx, &j)?;
 
     let plan = Plan {
+        rdma: rdma_dev,
         vfio,
         ipam,
         pod_ns,
@@ -294,6 +306,47 @@ fn steps(
             netdev = Some(rebind(ctx, host_nl, j)?);
             hit("add.rebind")?;
         }
+    }
+
+    if let Some(planned) = &plan.rdma {
+        // A rebind re-creates the RDMA device: find it again by PCI address.
+        let now = ctx
+            .sysfs
+            .rdma_devices(j.vf)
+            .ok()
+            .and_then(|v| v.into_iter().next())
+            .unwrap_or_else(|| planned.clone());
+        if &now != planned {
+            log::warn!(
+                "RDMA device of VF {} is now {now} (was {planned}) after the driver rebind: the SR-IOV device plugin mapped the old name",
+                j.vf
+            );
+            j.rdma_device = Some(now.clone());
+            save(ctx, j)?;
+        }
+        super::rdma::move_in(ctx, &now, &plan.pod_ns)?;
+        hit("add.rdma")?;
+    }
+
+    if let Some(path) = &conf.device_info_file {
+        let info = super::rdma::device_info_json(
+            &j.vf.to_string(),
+            j.rdma_device.as_deref().filter(|_| !plan.vfio),
+            &j.pf.to_string(),
+        );
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CniError::new(code::IO_FAILURE, format!("creating {}: {e}", dir.display()))
+            })?;
+        }
+        crate::fsutil::atomic_write(path, info.to_string().as_bytes()).map_err(|e| {
+            CniError::new(
+                code::IO_FAILURE,
+                format!("writing device-info file {}: {e}", path.display()),
+            )
+        })?;
+        log::info!("wrote device-info file {}", path.display());
+        hit("add.device_info")?;
     }
 
     let mut out = CniOutput::default();

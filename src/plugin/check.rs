@@ -72,6 +72,16 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
             }
         }
     }
+    if j.has(crate::journal::Step::RdmaMove) {
+        if let Some(name) = j.rdma_device.as_deref() {
+            if !super::rdma::in_pod(ctx, name, &ns)? {
+                return Err(fail(format!(
+                    "RDMA device {name} of VF {} is not in {netns}",
+                    j.vf
+                )));
+            }
+        }
+    }
     if let Some(Ipam::Builtin(c)) = &ipam {
         let held = c
             .lookup(&conf.name, &env.container_id, &env.ifname)

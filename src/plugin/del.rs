@@ -195,6 +195,21 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
         check(return_netdev(&host_nl, j, ns));
         check(hit("del.move"));
     }
+    if j.has(Step::RdmaMove) {
+        if let (NsState::Open(pod), Some(name)) = (ns, j.rdma_device.as_deref()) {
+            match super::rdma::move_out(ctx, name, pod) {
+                Ok(true) if j.has(Step::MoveNetdev) => {
+                    // Moving the RDMA device re-creates the IPoIB netdev in the default
+                    // netns: make sure it carries its original name and state again.
+                    check(return_netdev(&host_nl, j, &NsState::Gone));
+                }
+                Ok(_) => {}
+                Err(e) => check(Err(e)),
+            }
+        }
+        // With the pod netns gone the kernel has returned the device already.
+        check(hit("del.rdma"));
+    }
     let pf_link = j
         .pf_netdev
         .as_deref()

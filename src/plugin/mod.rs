@@ -4,6 +4,7 @@
 mod add;
 mod check;
 mod del;
+pub mod rdma;
 pub mod vfattr;
 
 use crate::cni::{code, CniEnv, CniError, Command};
@@ -29,6 +30,8 @@ pub struct Ctx<'a> {
     pub sysfs: Sysfs,
     /// Journals and locks.
     pub store: JournalStore,
+    /// RDMA netlink access (the kernel, or an in-memory double in tests).
+    pub rdma: &'a dyn rdma::RdmaProvider,
 }
 
 /// The IPAM chosen by `ipam.type`.
@@ -78,13 +81,26 @@ pub fn ipam_error(e: IpamError) -> CniError {
     }
 }
 
-/// Runs one CNI command and returns what goes on stdout (`None` for no output).
+/// Runs one CNI command against the real host (sysfs from `IB_SRIOV_SYSFS_ROOT` or
+/// `/sys`, the kernel's RDMA netlink) and returns what goes on stdout (`None` for none).
 pub fn run(env: &CniEnv, conf: &NetConf) -> Result<Option<Value>, CniError> {
+    run_with(env, conf, Sysfs::from_env(), &rdma::KernelRdma)
+}
+
+/// [`run`] with an explicit sysfs root and RDMA provider (in-process tests use
+/// [`crate::rdma::MemoryRdma`] where the kernel has no RDMA subsystem).
+pub fn run_with(
+    env: &CniEnv,
+    conf: &NetConf,
+    sysfs: Sysfs,
+    rdma: &dyn rdma::RdmaProvider,
+) -> Result<Option<Value>, CniError> {
     let ctx = Ctx {
         env,
         conf,
-        sysfs: Sysfs::from_env(),
+        sysfs,
         store: JournalStore::new(&conf.state_dir),
+        rdma,
     };
     match env.command {
         Command::Add => add::add(&ctx).map(Some),

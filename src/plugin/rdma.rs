@@ -1,0 +1,190 @@
+//! RDMA device isolation: moving the VF's RDMA device into the pod netns and back
+//! (facts: RDMA netlink `RDMA_NLDEV_CMD_SET` + `RDMA_NLDEV_NET_NS_FD`, exclusive netns
+//! mode required; the device is looked up in the netns of the socket and of the calling
+//! thread, so the move back runs inside the pod netns with the host netns fd).
+//!
+//! The kernel is reached through [`RdmaProvider`], so the orchestration can be tested
+//! against [`crate::rdma::MemoryRdma`] where the kernel has no RDMA subsystem.
+
+use super::Ctx;
+use crate::cni::CniError;
+use crate::netns::NetNs;
+use crate::rdma::{NetnsMode, RdmaError, RdmaOps, RdmaSocket};
+use crate::sysfs::VfDevice;
+
+/// Opens an RDMA netlink handle in the calling thread's current network namespace.
+pub trait RdmaProvider {
+    /// A handle bound to the caller's current netns.
+    /// Errors: [`RdmaError::NoSubsystem`] when the kernel has no ib_core.
+    fn open(&self) -> Result<Box<dyn RdmaOps>, RdmaError>;
+}
+
+/// The real kernel: an `AF_NETLINK`/`NETLINK_RDMA` socket ([`RdmaSocket`]).
+pub struct KernelRdma;
+
+impl RdmaProvider for KernelRdma {
+    fn open(&self) -> Result<Box<dyn RdmaOps>, RdmaError> {
+        Ok(Box::new(RdmaSocket::open()?))
+    }
+}
+
+impl RdmaProvider for crate::rdma::MemoryRdma {
+    fn open(&self) -> Result<Box<dyn RdmaOps>, RdmaError> {
+        let here = crate::rdma::NetnsKey::of_path("/proc/thread-self/ns/net")?;
+        Ok(Box::new(self.in_netns(here)))
+    }
+}
+
+/// What shared mode means for the operator.
+pub const SHARED_MODE_FIX: &str =
+    "set `rdma system set netns exclusive` (or load ib_core with netns_mode=0 so it holds across reboots)";
+
+/// Decides, before any host change, whether ADD moves an RDMA device and which one.
+///
+/// `rdmaIsolation: true` requires exclusive mode and exactly one RDMA device under
+/// `<VF>/infiniband/` (else code 7 saying what to do); `false` never moves; absent moves
+/// when the mode is exclusive, leaves it when shared, and logs and goes on when the
+/// kernel has no RDMA subsystem or the VF has no RDMA device.
+pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<String>, CniError> {
+    let required = match ctx.conf.rdma_isolation {
+        Some(false) => return Ok(None),
+        Some(true) => true,
+        None => false,
+    };
+    if vfio {
+        if required {
+            return Err(CniError::config(format!(
+                "rdmaIsolation is true but VF {} is in vfio mode and has no RDMA device",
+                dev.addr
+            )));
+        }
+        return Ok(None);
+    }
+    let mode = ctx.rdma.open().and_then(|mut s| s.netns_mode());
+    match mode {
+        Err(RdmaError::NoSubsystem) if !required => {
+            log::info!(
+                "the kernel has no RDMA subsystem (ib_core not loaded): the RDMA device of VF {} is not moved",
+                dev.addr
+            );
+            return Ok(None);
+        }
+        Err(e) if !required => {
+            log::warn!("cannot query the RDMA netns mode ({e}): the RDMA device of VF {} is not moved", dev.addr);
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(CniError::config(format!(
+                "rdmaIsolation is true but the RDMA netns mode cannot be read: {e}"
+            )))
+        }
+        Ok(NetnsMode::Shared) if required => {
+            return Err(CniError::config(format!(
+                "rdmaIsolation is true but the RDMA subsystem is in shared netns mode: {SHARED_MODE_FIX}"
+            )))
+        }
+        Ok(NetnsMode::Shared) => {
+            log::info!(
+                "RDMA netns mode is shared: the RDMA device of VF {} stays visible in every netns",
+                dev.addr
+            );
+            return Ok(None);
+        }
+        Ok(NetnsMode::Exclusive) => {}
+    }
+    match dev.rdma_devices.as_slice() {
+        [one] => Ok(Some(one.clone())),
+        [] if !required => {
+            log::warn!("VF {} has no RDMA device under infiniband/: nothing to move", dev.addr);
+            Ok(None)
+        }
+        found => Err(CniError::config(format!(
+            "VF {} must have exactly one RDMA device under {}/infiniband to isolate, found {found:?}",
+            dev.addr,
+            ctx.sysfs.pci_device_dir(dev.addr).display()
+        ))),
+    }
+}
+
+fn rdma_err(what: &str, e: RdmaError) -> CniError {
+    CniError::host(format!("{what}: {e}"))
+}
+
+/// Moves RDMA device `name` from the current (host) netns into `pod`.
+pub(super) fn move_in(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<(), CniError> {
+    let mut s = ctx
+        .rdma
+        .open()
+        .map_err(|e| rdma_err("opening RDMA netlink", e))?;
+    let d = s
+        .device_by_name(name)
+        .map_err(|e| rdma_err(&format!("looking up RDMA device {name}"), e))?
+        .ok_or_else(|| {
+            CniError::host(format!(
+                "RDMA device {name} is not in the host network namespace"
+            ))
+        })?;
+    if let Err(e) = s.move_to_netns(d.index, pod.fd()) {
+        let e = crate::rdma::refine_move_error(s.as_mut(), d.index, e);
+        return Err(rdma_err(
+            &format!("moving RDMA device {name} into {}", pod.path().display()),
+            e,
+        ));
+    }
+    log::info!("moved RDMA device {name} into {}", pod.path().display());
+    Ok(())
+}
+
+/// Moves RDMA device `name` from `pod` back to the current (host) netns, from a socket
+/// opened inside the pod. `Ok(false)` when it is not in the pod (never moved, or back).
+pub(super) fn move_out(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniError> {
+    let host = NetNs::current().map_err(|e| CniError::host(e.to_string()))?;
+    let r = pod
+        .run_in(|| -> Result<bool, CniError> {
+            let mut s = match ctx.rdma.open() {
+                Ok(s) => s,
+                Err(RdmaError::NoSubsystem) => return Ok(false),
+                Err(e) => return Err(rdma_err("opening RDMA netlink in the pod", e)),
+            };
+            let Some(d) = s
+                .device_by_name(name)
+                .map_err(|e| rdma_err(&format!("looking up RDMA device {name} in the pod"), e))?
+            else {
+                return Ok(false);
+            };
+            s.move_to_netns(d.index, host.fd())
+                .map_err(|e| rdma_err(&format!("moving RDMA device {name} back to the host"), e))?;
+            Ok(true)
+        })
+        .map_err(|e| CniError::host(e.to_string()))??;
+    if r {
+        log::info!(
+            "moved RDMA device {name} back from {}",
+            pod.path().display()
+        );
+    }
+    Ok(r)
+}
+
+/// True when RDMA device `name` is visible inside `pod` (for CHECK).
+pub(super) fn in_pod(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniError> {
+    pod.run_in(|| -> Result<bool, CniError> {
+        let mut s = ctx
+            .rdma
+            .open()
+            .map_err(|e| rdma_err("opening RDMA netlink in the pod", e))?;
+        Ok(s.device_by_name(name)
+            .map_err(|e| rdma_err("looking up the RDMA device", e))?
+            .is_some())
+    })
+    .map_err(|e| CniError::host(e.to_string()))?
+}
+
+/// The NPWG device-info file (device-info spec 1.1.0) for a VF.
+pub fn device_info_json(vf: &str, rdma: Option<&str>, pf: &str) -> serde_json::Value {
+    let mut pci = serde_json::json!({ "pci-address": vf, "pf-pci-address": pf });
+    if let Some(r) = rdma {
+        pci["rdma-device"] = serde_json::Value::String(r.to_string());
+    }
+    serde_json::json!({ "type": "pci", "version": "1.1.0", "pci": pci })
+}
