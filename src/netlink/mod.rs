@@ -152,32 +152,31 @@ impl Netlink {
 
     /// The link named `name`, or `None` when the namespace has none.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
-        let mut req = std::pin::pin!(self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_string())
-            .execute());
-        match self.rt.block_on(req.try_next()) {
-            Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
-            Err(e) => {
-                let e = NlError::new(format!("get link {name}"), e);
-                if e.is_no_device() {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        self.get_link(
+            self.handle.link().get().match_name(name.to_string()),
+            format!("get link {name}"),
+        )
     }
 
     /// The link with ifindex `index`, or `None`.
     pub fn link_by_index(&self, index: u32) -> Result<Option<Link>, NlError> {
-        let mut req = std::pin::pin!(self.handle.link().get().match_index(index).execute());
-        match self.rt.block_on(req.try_next()) {
+        self.get_link(
+            self.handle.link().get().match_index(index),
+            format!("get link {index}"),
+        )
+    }
+
+    /// One RTM_GETLINK; `ENODEV` means "no such link" and gives `None`.
+    fn get_link(
+        &self,
+        req: rtnetlink::LinkGetRequest,
+        op: String,
+    ) -> Result<Option<Link>, NlError> {
+        let mut stream = std::pin::pin!(req.execute());
+        match self.rt.block_on(stream.try_next()) {
             Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
             Err(e) => {
-                let e = NlError::new(format!("get link {index}"), e);
+                let e = NlError::new(op, e);
                 if e.is_no_device() {
                     Ok(None)
                 } else {

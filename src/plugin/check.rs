@@ -98,17 +98,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     }
 
     let host_nl = Netlink::open().map_err(|e| CniError::host(e.to_string()))?;
-    let pf_link = j
-        .pf_netdev
-        .as_deref()
-        .and_then(|n| host_nl.link_by_name(n).ok().flatten());
-    let view = PfView {
-        nl: &host_nl,
-        sysfs: &ctx.sysfs,
-        pf: j.pf,
-        pf_link,
-        vf: j.vf_index,
-    };
+    let view = PfView::for_journal(&host_nl, &ctx.sysfs, &j);
     let st = view.read().map_err(CniError::host)?;
     if let (Some(want), Some((have, _))) = (conf.link_state, st.link_state) {
         if want != have {

@@ -210,17 +210,7 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
         // With the pod netns gone the kernel has returned the device already.
         check(hit("del.rdma"));
     }
-    let pf_link = j
-        .pf_netdev
-        .as_deref()
-        .and_then(|n| host_nl.link_by_name(n).ok().flatten());
-    let view = PfView {
-        nl: &host_nl,
-        sysfs: &ctx.sysfs,
-        pf: j.pf,
-        pf_link,
-        vf: j.vf_index,
-    };
+    let view = PfView::for_journal(&host_nl, &ctx.sysfs, j);
     if j.has(Step::Guid) {
         check(restore_guid(ctx, &host_nl, &view, j));
         check(hit("del.guid"));

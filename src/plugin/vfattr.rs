@@ -42,7 +42,23 @@ fn sysfs_kind(k: GuidKind) -> sysfs::GuidKind {
     }
 }
 
-impl PfView<'_> {
+impl<'a> PfView<'a> {
+    /// The view of the VF recorded in journal `j`, with its PF netdev looked up by the
+    /// name recorded at ADD (absent when the PF has no netdev in this netns any more).
+    pub fn for_journal(nl: &'a Netlink, sysfs: &'a Sysfs, j: &crate::journal::Journal) -> Self {
+        let pf_link = j
+            .pf_netdev
+            .as_deref()
+            .and_then(|n| nl.link_by_name(n).ok().flatten());
+        PfView {
+            nl,
+            sysfs,
+            pf: j.pf,
+            pf_link,
+            vf: j.vf_index,
+        }
+    }
+
     fn netlink_config(&self) -> Option<VfConfig> {
         let pf = self.pf_link.as_ref()?;
         match self.nl.vf_configs(pf.index) {
