@@ -32,12 +32,40 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         ),
     );
     log::debug!("config: {}", conf.raw);
+    if matches!(env.command, Command::Add | Command::Del | Command::Gc) {
+        hold_termination_signals();
+    }
     let r = crate::plugin::run(&env, &conf);
     match &r {
         Ok(_) => log::info!("{} succeeded", env.command.as_str()),
         Err(e) => log::error!("{} failed: {e}", env.command.as_str()),
     }
     r
+}
+
+/// Signals a runtime sends to stop a plugin (a timeout, a shutdown): held, not
+/// delivered, while a command changes the host.
+pub const HELD_SIGNALS: [nix::sys::signal::Signal; 3] = [
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGHUP,
+];
+
+/// Blocks [`HELD_SIGNALS`] for the rest of the process, so ADD, DEL and GC run their
+/// transaction to its end (an interrupted DEL would leave the VF half restored). The
+/// signals stay pending and die with the process when it exits after printing its
+/// result. SIGKILL cannot be blocked: the journal makes that case recoverable.
+/// Threads started later inherit the mask; delegated plugins do not (std resets the
+/// signal mask of a spawned child).
+pub fn hold_termination_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let mut set = SigSet::empty();
+    for s in HELD_SIGNALS {
+        set.add(s);
+    }
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None) {
+        log::warn!("cannot block termination signals: {e}");
+    }
 }
 
 /// Runs the plugin; returns the process exit code (0 success, 1 error).

@@ -2,8 +2,9 @@
 //! of normal builds, where [`hit`] is an empty inline function).
 //!
 //! With the feature, `IB_SRIOV_FAILPOINTS="add.move=error,del.guid=kill"` makes the named
-//! point return an error (`error`) or kill the process with SIGKILL (`kill`), so tests
-//! can check the rollback of every step and the recovery after a crash at every step.
+//! point return an error (`error`), kill the process with SIGKILL (`kill`) or pause it
+//! (`sleep<ms>`, e.g. `sleep500`, for signal tests), so tests can check the rollback of
+//! every step and the recovery after a crash at every step.
 
 use crate::cni::CniError;
 
@@ -34,7 +35,13 @@ pub fn hit(name: &str) -> Result<(), CniError> {
                         );
                         std::process::abort();
                     }
-                    _ => {}
+                    other => {
+                        if let Some(ms) = other.strip_prefix("sleep") {
+                            let ms: u64 = ms.parse().unwrap_or(1000);
+                            log::warn!("fail point {name}: sleeping {ms} ms");
+                            std::thread::sleep(std::time::Duration::from_millis(ms));
+                        }
+                    }
                 }
             }
         }

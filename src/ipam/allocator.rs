@@ -245,6 +245,57 @@ impl IpamConfig {
         }
     }
 
+    /// GC (SPEC.md "GC"): under the exclusive lock, removes every allocation of the
+    /// network whose holder `keep(container_id, ifname)` rejects (`ifname` is empty for
+    /// legacy container-ID-only files). Scanning and removing under one lock means an
+    /// allocation made concurrently is either seen and judged, or not seen at all.
+    ///
+    /// Returns the released `(ip, container_id, ifname)` in address order. A missing
+    /// network directory releases nothing. Errors: `InvalidConfig` (unsafe network name),
+    /// `Busy` (lock timeout), `Io` naming the files that could not be removed (after
+    /// trying all of them).
+    pub fn release_unless(
+        &self,
+        network: &str,
+        keep: impl Fn(&str, &str) -> bool,
+        lock_timeout: Duration,
+    ) -> Result<Vec<(IpAddr, String, String)>, IpamError> {
+        validate_network_name(network)?;
+        let store = self.store(network);
+        if !store.exists() {
+            return Ok(Vec::new());
+        }
+        let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        let mut released = Vec::new();
+        let mut errors = Vec::new();
+        for r in store.scan()? {
+            if keep(&r.container_id, &r.ifname) {
+                continue;
+            }
+            match store.remove(r.ip) {
+                Ok(true) => {
+                    log::info!(
+                        "network {network}: GC released {} of {}/{}",
+                        r.ip,
+                        r.container_id,
+                        r.ifname
+                    );
+                    released.push((r.ip, r.container_id, r.ifname));
+                }
+                Ok(false) => {}
+                Err(e) => errors.push(e.message().to_string()),
+            }
+        }
+        if !released.is_empty() {
+            store.sync_dir()?;
+        }
+        if errors.is_empty() {
+            Ok(released)
+        } else {
+            Err(IpamError::Io(errors.join("; ")))
+        }
+    }
+
     /// Addresses currently held by (container_id, ifname) (for CHECK), in
     /// address order: host-local `GetByID`/`FindByID` semantics (exact
     /// content match, or legacy content equal to the container ID), over the
@@ -595,6 +646,34 @@ mod tests {
         // Cursor files and the lock are untouched.
         assert!(net_dir(&c).join("last_reserved_ip.0").exists());
         assert!(net_dir(&c).join("lock").exists());
+    }
+
+    #[test]
+    fn release_unless_keeps_exactly_what_the_predicate_keeps() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(d.path(), json!({"subnet": "10.0.0.0/24"}));
+        assert!(c.release_unless(NET, |_, _| false, T).unwrap().is_empty());
+        c.allocate(NET, "a", "net1", T).unwrap();
+        c.allocate(NET, "b", "net1", T).unwrap();
+        c.allocate(NET, "b", "net2", T).unwrap();
+        fs::write(net_dir(&c).join("10.0.0.50"), "legacy").unwrap();
+        let gone = c
+            .release_unless(NET, |cid, ifn| cid == "b" && ifn == "net2", T)
+            .unwrap();
+        assert_eq!(
+            gone,
+            [
+                (ip("10.0.0.2"), "a".into(), "net1".into()),
+                (ip("10.0.0.3"), "b".into(), "net1".into()),
+                (ip("10.0.0.50"), "legacy".into(), String::new()),
+            ]
+        );
+        assert_eq!(ip_files(&c), ["10.0.0.4"]);
+        assert_eq!(read(&c, "10.0.0.4"), "b\r\nnet2");
+        // Everything released with an empty keep set; then nothing left to do.
+        assert_eq!(c.release_unless(NET, |_, _| false, T).unwrap().len(), 1);
+        assert!(ip_files(&c).is_empty());
+        assert!(c.release_unless(NET, |_, _| false, T).unwrap().is_empty());
     }
 
     #[test]

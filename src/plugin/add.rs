@@ -4,7 +4,7 @@
 use super::del::{undo, NsState};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam, NETDEV_WAIT};
-use crate::cni::{code, CniError, CniOutput, Interface, IpConfig, Route};
+use crate::cni::{code, CniError, CniOutput, Command, Interface, IpConfig, Route};
 use crate::failpoint::hit;
 use crate::journal::{Journal, Step, JOURNAL_VERSION};
 use crate::netlink::{Link, Netlink, EEXIST};
@@ -250,7 +250,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         Ok(out) => Ok(out.to_json(conf.cni_version)),
         Err(e) => {
             log::error!("ADD failed: {e}; rolling back");
-            let errs = undo(ctx, &j, &NsState::Open(&plan.pod_ns));
+            let errs = undo(ctx, &j, &NsState::Open(&plan.pod_ns), true);
             if errs.is_empty() {
                 if let Err(re) = ctx.store.remove(&j.container_id, &j.ifname) {
                     return Err(e.with_details(format!("removing journal: {re}")));
@@ -437,6 +437,38 @@ fn steps(
                     })
                     .collect();
                 (ips, routes)
+            }
+            Ipam::External(d) => {
+                let v = ctx.delegate(d, Command::Add)?.ok_or_else(|| {
+                    CniError::new(
+                        code::IPAM_FAILURE,
+                        format!("ipam plugin {} ADD printed no result", d.plugin_type),
+                    )
+                })?;
+                let r = CniOutput::from_json(&v).map_err(|e| {
+                    CniError::new(
+                        code::IPAM_FAILURE,
+                        format!(
+                            "ipam plugin {} ADD result is not a CNI result: {}",
+                            d.plugin_type, e.msg
+                        ),
+                    )
+                })?;
+                if r.ips.is_empty() {
+                    log::warn!("ipam plugin {} returned no addresses", d.plugin_type);
+                }
+                // Every address goes on our one interface (SPEC.md: IPAM results carry
+                // no interfaces; the calling plugin sets `interface`).
+                let ips = r
+                    .ips
+                    .into_iter()
+                    .map(|ip| IpConfig {
+                        interface: Some(0),
+                        ..ip
+                    })
+                    .collect();
+                out.dns = r.dns;
+                (ips, r.routes)
             }
         };
         hit("add.ipam")?;

@@ -2,7 +2,7 @@
 
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
-use crate::cni::{code, CniError, Version};
+use crate::cni::{code, CniError, Command, Version};
 use crate::netlink::Netlink;
 use crate::netns::NetNs;
 
@@ -81,6 +81,9 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
                 )));
             }
         }
+    }
+    if let Some(Ipam::External(d)) = &ipam {
+        ctx.delegate(d, Command::Check)?;
     }
     if let Some(Ipam::Builtin(c)) = &ipam {
         let held = c

@@ -8,11 +8,12 @@
 use super::add::{find_netdev_after_rebind, rebind_driver};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
-use crate::cni::{code, CniError};
+use crate::cni::{code, CniError, Command};
 use crate::failpoint::hit;
 use crate::journal::{Journal, Step};
 use crate::netlink::{Link, Netlink, EEXIST};
 use crate::netns::NetNs;
+use crate::sysfs::Sysfs;
 use crate::types::LinkState;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ pub(super) enum NsState<'a> {
 
 pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
-    let mut errs: Vec<String> = Vec::new();
+    let mut errs: Vec<CniError> = Vec::new();
 
     // 1. IPAM first, even without netns or journal.
     match ctx.ipam() {
@@ -50,25 +51,26 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
                     env.container_id,
                     env.ifname
                 ),
-                Err(e) => errs.push(ipam_error(e).msg),
+                Err(e) => errs.push(ipam_error(e)),
+            }
+        }
+        Ok(Some(Ipam::External(d))) => {
+            if let Err(e) = ctx.delegate(&d, Command::Del) {
+                errs.push(e);
             }
         }
         Ok(None) => {}
-        Err(e) => errs.push(e.msg),
+        Err(e) => errs.push(e),
     }
     if let Err(e) = hit("del.ipam") {
-        errs.push(e.msg);
+        errs.push(e);
     }
 
     // 2. The rest, from the journal.
     match ctx.store.load(&env.container_id, &env.ifname) {
         Ok(Some(j)) => {
-            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref()) {
-                if e.code == code::TRY_AGAIN_LATER && errs.is_empty() {
-                    return Err(e);
-                }
-                errs.push(e.msg);
-                errs.push(e.details);
+            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref(), false) {
+                errs.push(e);
             }
         }
         Ok(None) => {
@@ -78,30 +80,66 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
                 env.ifname
             );
             if let Err(e) = without_journal(ctx) {
-                errs.push(e);
+                errs.push(CniError::host(e));
             }
         }
-        Err(e) => errs.push(format!("reading journal: {e}")),
+        Err(e) => errs.push(CniError::new(
+            code::IO_FAILURE,
+            format!("reading journal: {e}"),
+        )),
     }
-    errs.retain(|e| !e.is_empty());
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(CniError::host(format!(
+    combine(
+        errs,
+        format!(
             "DEL of {}/{} did not complete; it is safe to retry",
             env.container_id, env.ifname
-        ))
-        .with_details(errs.join("; ")))
+        ),
+    )
+}
+
+/// Folds the errors of a best-effort sweep into one: none -> Ok; one -> itself; several
+/// -> code 11 when every one is a "try again later" (a lock timeout), else code 102;
+/// `msg` heads the combined error and every message and detail goes into `details`.
+pub(super) fn combine(errs: Vec<CniError>, msg: String) -> Result<(), CniError> {
+    match errs.len() {
+        0 => Ok(()),
+        1 => Err(errs.into_iter().next().expect("one error")),
+        _ => {
+            let code = if errs.iter().all(|e| e.code == code::TRY_AGAIN_LATER) {
+                code::TRY_AGAIN_LATER
+            } else {
+                code::HOST_OPERATION
+            };
+            let details: Vec<String> = errs
+                .iter()
+                .map(|e| {
+                    if e.details.is_empty() {
+                        e.msg.clone()
+                    } else {
+                        format!("{} ({})", e.msg, e.details)
+                    }
+                })
+                .collect();
+            Err(CniError::new(code, msg).with_details(details.join("; ")))
+        }
     }
 }
 
 /// Undoes a journaled attachment whose netns is the one recorded in the journal
 /// (used by ADD for a stale journal of the same attachment).
 pub(super) fn teardown(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
-    teardown_with(ctx, j, j.netns.as_deref())
+    teardown_with(ctx, j, j.netns.as_deref(), true)
 }
 
-fn teardown_with(ctx: &Ctx, j: &Journal, netns: Option<&str>) -> Result<(), CniError> {
+/// Undoes `j` with the pod netns at `netns` (`None`: gone) and removes the journal.
+/// `release_ipam`: also release the journaled IPAM step (DEL and GC release IPAM
+/// themselves, first and independently of the journal).
+pub(super) fn teardown_with(
+    ctx: &Ctx,
+    j: &Journal,
+    netns: Option<&str>,
+    release_ipam: bool,
+) -> Result<(), CniError> {
     let _lock = ctx.lock_vf(j.vf)?;
     let opened = match netns {
         None => None,
@@ -118,7 +156,7 @@ fn teardown_with(ctx: &Ctx, j: &Journal, netns: Option<&str>) -> Result<(), CniE
         Some(ns) => NsState::Open(ns),
         None => NsState::Gone,
     };
-    let errs = undo(ctx, j, &state);
+    let errs = undo(ctx, j, &state, release_ipam);
     if !errs.is_empty() {
         return Err(CniError::host(format!(
             "restoring VF {} of {}/{} did not complete",
@@ -134,7 +172,8 @@ fn teardown_with(ctx: &Ctx, j: &Journal, netns: Option<&str>) -> Result<(), CniE
 }
 
 /// Undoes every begun step of `j` in reverse order; returns the errors (empty = done).
-pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
+/// The IPAM step is undone only when `release_ipam`.
+pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState, release_ipam: bool) -> Vec<String> {
     let mut errs = Vec::new();
     let mut check = |r: Result<(), CniError>| {
         if let Err(e) = r {
@@ -151,7 +190,7 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
             );
         }
     }
-    if j.has(Step::Ipam) {
+    if release_ipam && j.has(Step::Ipam) {
         check(match ctx.ipam() {
             Ok(Some(Ipam::Builtin(c))) => c
                 .release(
@@ -162,6 +201,7 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
                 )
                 .map(|_| ())
                 .map_err(ipam_error),
+            Ok(Some(Ipam::External(d))) => ctx.delegate(&d, Command::Del).map(|_| ()),
             Ok(None) => Ok(()),
             Err(e) => Err(e),
         });
@@ -192,7 +232,7 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
         }
     };
     if j.has(Step::MoveNetdev) && !j.vfio {
-        check(return_netdev(&host_nl, j, ns));
+        check(return_netdev(&host_nl, &ctx.sysfs, j, ns));
         check(hit("del.move"));
     }
     if j.has(Step::RdmaMove) {
@@ -201,7 +241,7 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
                 Ok(true) if j.has(Step::MoveNetdev) => {
                     // Moving the RDMA device re-creates the IPoIB netdev in the default
                     // netns: make sure it carries its original name and state again.
-                    check(return_netdev(&host_nl, j, &NsState::Gone));
+                    check(return_netdev(&host_nl, &ctx.sysfs, j, &NsState::Gone));
                 }
                 Ok(_) => {}
                 Err(e) => check(Err(e)),
@@ -235,7 +275,16 @@ fn nl_err(e: crate::netlink::NlError) -> CniError {
 }
 
 /// Brings the VF netdev back to the host under its original name and admin state.
-fn return_netdev(host_nl: &Netlink, j: &Journal, ns: &NsState) -> Result<(), CniError> {
+///
+/// In the host the netdev is found by its original name, else by its parent device
+/// (`IFLA_PARENT_DEV_NAME`, kernel >= 5.14), else by the VF's sysfs `net/` directory
+/// (a netdev the kernel returned from a dead netns keeps the name it had in the pod).
+fn return_netdev(
+    host_nl: &Netlink,
+    sysfs: &Sysfs,
+    j: &Journal,
+    ns: &NsState,
+) -> Result<(), CniError> {
     let orig = j
         .host_ifname
         .clone()
@@ -274,10 +323,15 @@ fn return_netdev(host_nl: &Netlink, j: &Journal, ns: &NsState) -> Result<(), Cni
             NsState::Open(_) => Duration::ZERO,
         };
     let link = loop {
-        let l = match host_nl.link_by_name(&orig).map_err(nl_err)? {
+        let mut l = match host_nl.link_by_name(&orig).map_err(nl_err)? {
             Some(l) => Some(l),
             None => host_nl.link_by_parent(&vf).map_err(nl_err)?,
         };
+        if l.is_none() {
+            if let Some(name) = sysfs.netdevs(j.vf).ok().and_then(|v| v.into_iter().next()) {
+                l = host_nl.link_by_name(&name).map_err(nl_err)?;
+            }
+        }
         if l.is_some() || Instant::now() >= deadline {
             break l;
         }

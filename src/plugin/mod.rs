@@ -4,10 +4,12 @@
 mod add;
 mod check;
 mod del;
+pub mod gc;
 pub mod rdma;
+pub mod status;
 pub mod vfattr;
 
-use crate::cni::{code, CniEnv, CniError, Command};
+use crate::cni::{code, CniEnv, CniError, Command, Delegate};
 use crate::config::NetConf;
 use crate::fsutil::{lock_with_timeout, FileLock, LockError};
 use crate::ipam::{IpamConfig, IpamError, BUILTIN_TYPE};
@@ -38,6 +40,9 @@ pub struct Ctx<'a> {
 pub enum Ipam {
     /// The built-in allocator (`ib-sriov-ipam`).
     Builtin(IpamConfig),
+    /// Any other type: a delegated IPAM plugin on `CNI_PATH` (host-local, static,
+    /// whereabouts, nv-ipam, ...), run per SPEC.md "Plugin Delegation".
+    External(Delegate),
 }
 
 impl Ctx<'_> {
@@ -57,9 +62,20 @@ impl Ctx<'_> {
                 "ipam type \"dhcp\" is not supported: the dhcp plugin needs a daemon that reaches into the pod netns, which an IB VF cannot serve; use ib-sriov-ipam, host-local, whereabouts or nv-ipam",
             ));
         }
-        Err(CniError::config(format!(
-            "ipam type {t:?} is not supported yet: use \"{BUILTIN_TYPE}\" (host-local compatible)"
-        )))
+        if t.is_empty() {
+            return Err(CniError::config(
+                "ipam.type is missing: use \"ib-sriov-ipam\" (built in) or the name of an IPAM plugin on CNI_PATH",
+            ));
+        }
+        Delegate::find(t, &self.env.path).map(|d| Some(Ipam::External(d)))
+    }
+
+    /// Runs the delegated IPAM plugin with `command`, this invocation's environment and
+    /// the network configuration as received (SPEC.md "Plugin Delegation").
+    pub fn delegate(&self, d: &Delegate, command: Command) -> Result<Option<Value>, CniError> {
+        let stdin = serde_json::to_vec(&self.conf.raw)
+            .map_err(|e| CniError::internal(format!("encoding the config: {e}")))?;
+        d.run(command, self.env, &stdin)
     }
 
     /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
@@ -106,10 +122,8 @@ pub fn run_with(
         Command::Add => add::add(&ctx).map(Some),
         Command::Del => del::del(&ctx).map(|_| None),
         Command::Check => check::check(&ctx).map(|_| None),
-        Command::Gc | Command::Status => Err(CniError::new(
-            code::INCOMPATIBLE_VERSION,
-            format!("{} is not implemented yet", env.command.as_str()),
-        )),
+        Command::Gc => gc::gc(&ctx).map(|_| None),
+        Command::Status => status::status(&ctx).map(|_| None),
         Command::Version => Ok(Some(crate::cni::version_reply(Some(
             conf.cni_version.as_str(),
         )))),

@@ -618,6 +618,45 @@ impl EmuHost {
         stdin_json: &str,
         extra_env: &[(&str, &str)],
     ) -> Output {
+        self.plugin_call(bin, command, container_id, netns, ifname, extra_env, |env, argv| {
+            exec_in_netns(&self.host_netns_path(), argv, env, Some(stdin_json.as_bytes()))
+        })
+    }
+
+    /// [`EmuHost::run_plugin`] without waiting: the child has read its stdin when this
+    /// returns (the config is written and the pipe closed), for tests that signal it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_plugin(
+        &self,
+        bin: &Path,
+        command: &str,
+        container_id: &str,
+        netns: &str,
+        ifname: &str,
+        stdin_json: &str,
+        extra_env: &[(&str, &str)],
+    ) -> std::process::Child {
+        self.plugin_call(bin, command, container_id, netns, ifname, extra_env, |env, argv| {
+            let mut child = spawn_in_netns(&self.host_netns_path(), argv, env, true);
+            let mut pipe = child.stdin.take().expect("piped stdin");
+            // A config is far below the pipe buffer: this cannot block.
+            pipe.write_all(stdin_json.as_bytes()).expect("writing the config");
+            drop(pipe);
+            child
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plugin_call<T>(
+        &self,
+        bin: &Path,
+        command: &str,
+        container_id: &str,
+        netns: &str,
+        ifname: &str,
+        extra_env: &[(&str, &str)],
+        call: impl FnOnce(&[(&str, &str)], &[&str]) -> T,
+    ) -> T {
         let cni_path = bin
             .parent()
             .map(|d| d.to_string_lossy().into_owned())
@@ -635,12 +674,7 @@ impl EmuHost {
         }
         env.extend_from_slice(extra_env);
         let bin = bin.to_string_lossy();
-        exec_in_netns(
-            &self.host_netns_path(),
-            &[&bin],
-            &env,
-            Some(stdin_json.as_bytes()),
-        )
+        call(&env, &[&bin])
     }
 
     /// Runs a command inside the host netns.
@@ -689,6 +723,47 @@ impl EmuHost {
             links: self.host_links(),
             ofed,
         }
+    }
+
+    /// Emulates what the kernel does for a physical VF netdev whose pod netns died: it
+    /// comes back to the host (`default_device_exit`), down, keeping the name it had in
+    /// the pod (`pod_name`) and its ifindex. A veth is destroyed with its netns instead,
+    /// so this re-creates VF `n`'s pair exactly as in `orig` (ifindex, MAC, MTU of both
+    /// ends; the peer's admin state), the VF end named `pod_name` and down, then syncs
+    /// sysfs. Does nothing when the VF netdev was not destroyed (it is in the host, or
+    /// still in a live netns). Errors: `ip link add` failing, or `orig` lacking the pair.
+    pub fn return_destroyed_vf_netdev(
+        &self,
+        n: u32,
+        pod_name: &str,
+        orig: &HostSnapshot,
+    ) -> io::Result<()> {
+        let vf = self.vf(n);
+        let (Some(dev), Some(peer)) = (vf.netdev.as_deref(), vf.peer.as_deref()) else {
+            return Ok(());
+        };
+        let links = self.host_links();
+        if links.iter().any(|l| l.name == peer) {
+            return Ok(()); // the pair still exists: the VF end is in the host or a pod
+        }
+        let (Some(d), Some(p)) = (orig.link(dev), orig.link(peer)) else {
+            return Err(invalid(format!("snapshot lacks {dev}/{peer}")));
+        };
+        let (di, dm, pi, pm) = (
+            d.ifindex.to_string(),
+            d.mtu.to_string(),
+            p.ifindex.to_string(),
+            p.mtu.to_string(),
+        );
+        self.host_ip(&[
+            "link", "add", "name", pod_name, "index", &di, "address", &d.address, "mtu", &dm,
+            "type", "veth", "peer", "name", peer, "index", &pi, "address", &p.address, "mtu",
+            &pm,
+        ]);
+        if p.up {
+            self.host_ip(&["link", "set", peer, "up"]);
+        }
+        self.sync_netdevs()
     }
 
     /// Makes the sysfs `net/` entries (and `class/net/`) show what the kernel would show
@@ -927,37 +1002,8 @@ pub fn exec_in_netns(
     env: &[(&str, &str)],
     stdin: Option<&[u8]>,
 ) -> Output {
-    let (prog, rest) = args.split_first().expect("a command");
-    let ns =
-        fs::File::open(netns).unwrap_or_else(|e| panic!("opening netns {}: {e}", netns.display()));
-    let mut cmd = Command::new(prog);
-    cmd.args(rest);
-    if !env.is_empty() {
-        cmd.env_clear();
-        if let Some(path) = std::env::var_os("PATH") {
-            cmd.env("PATH", path);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-    }
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the forked child before exec and only calls setns(2),
-    // which is async-signal-safe; `ns` is an fd opened (O_CLOEXEC) before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()));
+    let (prog, _) = args.split_first().expect("a command");
+    let mut child = spawn_in_netns(netns, args, env, stdin.is_some());
     let writer = stdin.map(|data| {
         let mut pipe = child.stdin.take().expect("piped stdin");
         let data = data.to_vec();
@@ -974,6 +1020,47 @@ pub fn exec_in_netns(
         let _ = w.join();
     }
     out
+}
+
+/// Starts `args` in the netns mounted at `netns` like [`exec_in_netns`] and returns the
+/// child without waiting (stdout/stderr piped; stdin piped when `piped_stdin`, else
+/// null), for tests that signal a running plugin.
+pub fn spawn_in_netns(
+    netns: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    piped_stdin: bool,
+) -> std::process::Child {
+    let (prog, rest) = args.split_first().expect("a command");
+    let ns =
+        fs::File::open(netns).unwrap_or_else(|e| panic!("opening netns {}: {e}", netns.display()));
+    let mut cmd = Command::new(prog);
+    cmd.args(rest);
+    if !env.is_empty() {
+        cmd.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+    }
+    cmd.stdin(if piped_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and only calls setns(2),
+    // which is async-signal-safe; `ns` is an fd opened (O_CLOEXEC) before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
+        });
+    }
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()))
 }
 
 /// The links of netns `name` with their addresses (`ip -n <name> -j addr show`).

@@ -1,0 +1,280 @@
+//! Delegation: running another CNI plugin (an IPAM plugin) the way a runtime would
+//! (SPEC.md "Section 4: Plugin Delegation": the delegate is found by its `type` on
+//! `CNI_PATH`, gets the same configuration on stdin and the same environment, with
+//! `CNI_COMMAND` set to the verb being delegated).
+//!
+//! This layer knows nothing of VFs: the plugin layer decides when to call what.
+
+use super::env::{CniEnv, Command};
+use super::error::{code, CniError};
+use serde_json::Value;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// A delegated plugin found on `CNI_PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegate {
+    /// The plugin's `type` (its file name on `CNI_PATH`).
+    pub plugin_type: String,
+    /// Absolute path of the executable.
+    pub path: PathBuf,
+}
+
+impl Delegate {
+    /// Finds the executable named `plugin_type` in the directories of `cni_path`
+    /// (first match wins, like libcni `invoke.FindInPath`).
+    ///
+    /// Errors (code 7, invalid config): a type that is empty or contains `/` or is `.`/`..`
+    /// (it must be a file name), an empty `CNI_PATH`, or no executable regular file of
+    /// that name in any of its directories.
+    pub fn find(plugin_type: &str, cni_path: &[String]) -> Result<Delegate, CniError> {
+        if plugin_type.is_empty()
+            || plugin_type.contains('/')
+            || plugin_type == "."
+            || plugin_type == ".."
+        {
+            return Err(CniError::config(format!(
+                "ipam type {plugin_type:?} is not a plugin name"
+            )));
+        }
+        let dirs: Vec<&String> = cni_path.iter().filter(|d| !d.is_empty()).collect();
+        if dirs.is_empty() {
+            return Err(CniError::config(format!(
+                "ipam plugin {plugin_type:?} cannot be found: CNI_PATH is empty"
+            )));
+        }
+        for d in &dirs {
+            let p = Path::new(d.as_str()).join(plugin_type);
+            if let Ok(md) = std::fs::metadata(&p) {
+                if md.is_file() && md.permissions().mode() & 0o111 != 0 {
+                    return Ok(Delegate {
+                        plugin_type: plugin_type.to_string(),
+                        path: p,
+                    });
+                }
+            }
+        }
+        Err(CniError::config(format!(
+            "ipam plugin {plugin_type:?} not found in CNI_PATH ({}); install it there or use another ipam type",
+            cni_path.join(":")
+        )))
+    }
+
+    /// Runs the delegate with `command`, the environment of `env` (`CNI_COMMAND`,
+    /// `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME`, `CNI_ARGS`, `CNI_PATH`; the rest of
+    /// this process's environment is inherited, e.g. `KUBECONFIG` for whereabouts) and
+    /// `stdin`, and waits for it.
+    ///
+    /// Returns the JSON it printed on success (`None` when stdout is empty, as for DEL,
+    /// CHECK, GC and STATUS). On a non-zero exit the delegate's error object (SPEC.md
+    /// "Error") is returned with its own code and the message prefixed with the plugin
+    /// name; without a parsable error object, code 103 with the exit status and stderr.
+    pub fn run(
+        &self,
+        command: Command,
+        env: &CniEnv,
+        stdin: &[u8],
+    ) -> Result<Option<Value>, CniError> {
+        let name = &self.plugin_type;
+        let mut cmd = std::process::Command::new(&self.path);
+        cmd.env("CNI_COMMAND", command.as_str())
+            .env("CNI_PATH", env.path.join(":"))
+            .env("CNI_ARGS", args_string(env))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in [
+            ("CNI_CONTAINERID", &env.container_id),
+            ("CNI_IFNAME", &env.ifname),
+        ] {
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
+        }
+        match &env.netns {
+            Some(n) => cmd.env("CNI_NETNS", n),
+            None => cmd.env_remove("CNI_NETNS"),
+        };
+        // std resets the signal mask in the child, so the delegate stays killable even
+        // while this process blocks SIGTERM/SIGINT during DEL.
+        let mut child = cmd.spawn().map_err(|e| {
+            CniError::new(
+                code::IPAM_FAILURE,
+                format!("starting ipam plugin {}: {e}", self.path.display()),
+            )
+        })?;
+        if let Some(mut si) = child.stdin.take() {
+            // A delegate that exits without reading stdin closes the pipe: not our error.
+            let _ = si.write_all(stdin);
+        }
+        let out = child.wait_with_output().map_err(|e| {
+            CniError::new(
+                code::IPAM_FAILURE,
+                format!("waiting for ipam plugin {name}: {e}"),
+            )
+        })?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.trim().is_empty() {
+            log::debug!(
+                "ipam plugin {name} {} stderr: {}",
+                command.as_str(),
+                stderr.trim()
+            );
+        }
+        if out.status.success() {
+            if stdout.trim().is_empty() {
+                return Ok(None);
+            }
+            return serde_json::from_str(&stdout).map(Some).map_err(|e| {
+                CniError::new(
+                    code::IPAM_FAILURE,
+                    format!(
+                        "ipam plugin {name} {} printed no JSON result: {e}",
+                        command.as_str()
+                    ),
+                )
+                .with_details(stdout.trim().to_string())
+            });
+        }
+        let parsed: Option<Value> = serde_json::from_str(&stdout).ok();
+        let code_of = parsed
+            .as_ref()
+            .and_then(|v| v.get("code"))
+            .and_then(Value::as_u64)
+            .filter(|c| *c > 0 && *c <= u64::from(u32::MAX));
+        match (code_of, parsed.as_ref()) {
+            (Some(c), Some(v)) => {
+                let msg = v.get("msg").and_then(Value::as_str).unwrap_or("");
+                let details = v.get("details").and_then(Value::as_str).unwrap_or("");
+                Err(CniError::new(
+                    c as u32,
+                    format!("ipam plugin {name} {}: {msg}", command.as_str()),
+                )
+                .with_details(details.to_string()))
+            }
+            _ => Err(CniError::new(
+                code::IPAM_FAILURE,
+                format!(
+                    "ipam plugin {name} {} failed ({})",
+                    command.as_str(),
+                    out.status
+                ),
+            )
+            .with_details(format!(
+                "stdout: {} stderr: {}",
+                stdout.trim(),
+                stderr.trim()
+            ))),
+        }
+    }
+}
+
+/// `CNI_ARGS` as received (pairs re-joined with `;`, order and duplicates kept).
+fn args_string(env: &CniEnv) -> String {
+    env.args
+        .pairs()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    fn env(path: &Path) -> CniEnv {
+        let m: HashMap<String, String> = [
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_NETNS", "/var/run/netns/x"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=p"),
+            ("CNI_PATH", &format!("/nonexistent:{}", path.display())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        CniEnv::from_map(&m).unwrap()
+    }
+
+    #[test]
+    fn finds_the_first_executable_on_the_path() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env(d.path());
+        std::fs::write(d.path().join("plain"), "not executable").unwrap();
+        let p = script(d.path(), "good", "exit 0");
+        assert_eq!(Delegate::find("good", &e.path).unwrap().path, p);
+        for bad in ["plain", "missing", "../good", "", ".."] {
+            let err = Delegate::find(bad, &e.path).unwrap_err();
+            assert_eq!(err.code, code::INVALID_CONFIG, "{bad}: {err:?}");
+        }
+        assert_eq!(
+            Delegate::find("good", &[]).unwrap_err().code,
+            code::INVALID_CONFIG
+        );
+    }
+
+    #[test]
+    fn passes_verb_environment_and_stdin_and_reads_the_result() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env(d.path());
+        let out = d.path().join("seen");
+        script(
+            d.path(),
+            "echoer",
+            &format!(
+                "{{ echo \"$CNI_COMMAND|$CNI_CONTAINERID|$CNI_NETNS|$CNI_IFNAME|$CNI_ARGS|$CNI_PATH\"; cat; }} > {}\necho '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'",
+                out.display()
+            ),
+        );
+        let del = Delegate::find("echoer", &e.path).unwrap();
+        let v = del.run(Command::Del, &e, b"{\"x\":1}").unwrap().unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        let seen = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            seen,
+            format!(
+                "DEL|c1|/var/run/netns/x|net1|IgnoreUnknown=1;K8S_POD_NAME=p|/nonexistent:{}\n{{\"x\":1}}",
+                d.path().display()
+            )
+        );
+    }
+
+    #[test]
+    fn empty_stdout_is_none_and_errors_keep_the_delegates_code() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env(d.path());
+        script(d.path(), "quiet", "cat >/dev/null; exit 0");
+        script(
+            d.path(),
+            "failing",
+            "echo '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"busy\",\"details\":\"d\"}'; exit 1",
+        );
+        script(d.path(), "crashing", "echo boom >&2; exit 2");
+        let q = Delegate::find("quiet", &e.path).unwrap();
+        assert_eq!(q.run(Command::Check, &e, b"{}").unwrap(), None);
+        let f = Delegate::find("failing", &e.path).unwrap();
+        let err = f.run(Command::Add, &e, b"{}").unwrap_err();
+        assert_eq!(err.code, 11);
+        assert!(err.msg.contains("failing ADD: busy"), "{err:?}");
+        assert_eq!(err.details, "d");
+        let c = Delegate::find("crashing", &e.path).unwrap();
+        let err = c.run(Command::Add, &e, b"{}").unwrap_err();
+        assert_eq!(err.code, code::IPAM_FAILURE);
+        assert!(err.details.contains("boom"), "{err:?}");
+    }
+}

@@ -1,0 +1,196 @@
+//! `Lab`: an emulated host plus the plugin's state and IPAM directories, and `Run`, the
+//! outcome of one invocation of the real binary, shared by the integration tests.
+
+use super::emuhost::{EmuHost, EmuOptions, Pod};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// The plugin binary cargo built for the integration tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
+
+/// One emulated host plus the plugin's state and IPAM directories under its root.
+pub struct Lab {
+    /// The emulated host.
+    pub host: EmuHost,
+    /// The plugin's `stateDir`.
+    pub state: PathBuf,
+    /// The built-in IPAM `dataDir`.
+    pub data: PathBuf,
+}
+
+impl Lab {
+    pub fn new(opts: EmuOptions) -> Lab {
+        let host = EmuHost::build(opts);
+        let state = host.root().join("var-lib-cni-ib-sriov");
+        let data = host.root().join("var-lib-cni-networks");
+        Lab { host, state, data }
+    }
+
+    #[allow(clippy::should_implement_trait)]
+    pub fn default() -> Lab {
+        Self::new(EmuOptions::default())
+    }
+
+    /// A network config for VF `vf` with the built-in IPAM on 10.56.217.0/24.
+    pub fn conf(&self, version: &str, vf: u32) -> Value {
+        json!({
+            "cniVersion": version,
+            "name": "ibnet",
+            "type": "ib-sriov",
+            "deviceID": self.host.vf(vf).addr,
+            "stateDir": self.state,
+            "logLevel": "debug",
+            "ipam": {
+                "type": "ib-sriov-ipam",
+                "subnet": "10.56.217.0/24",
+                "gateway": "10.56.217.1",
+                "routes": [{"dst": "192.168.0.0/16"}],
+                "dataDir": self.data,
+            }
+        })
+    }
+
+    pub fn run(&self, cmd: &str, cid: &str, netns: &str, conf: &Value, extra: &[(&str, &str)]) -> Run {
+        let out = self.host.run_plugin(
+            Path::new(BIN),
+            cmd,
+            cid,
+            netns,
+            "net1",
+            &conf.to_string(),
+            extra,
+        );
+        Run::from(out)
+    }
+
+    pub fn add(&self, cid: &str, pod: &Pod, conf: &Value) -> Run {
+        self.run("ADD", cid, pod.netns(), conf, &[])
+    }
+
+    pub fn del(&self, cid: &str, netns: &str, conf: &Value) -> Run {
+        self.run("DEL", cid, netns, conf, &[])
+    }
+
+    pub fn check(&self, cid: &str, pod: &Pod, conf: &Value, prev: &Value) -> Run {
+        let mut c = conf.clone();
+        c["prevResult"] = prev.clone();
+        self.run("CHECK", cid, pod.netns(), &c, &[])
+    }
+
+    pub fn journals(&self) -> Vec<String> {
+        list(&self.state)
+            .into_iter()
+            .filter(|n| n != "locks")
+            .collect()
+    }
+
+    /// Addresses allocated in the built-in IPAM store of network `ibnet`.
+    pub fn allocations(&self) -> Vec<String> {
+        list(&self.data.join("ibnet"))
+            .into_iter()
+            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip") && !n.starts_with('.'))
+            .collect()
+    }
+
+    pub fn read(&self, p: Option<PathBuf>) -> String {
+        std::fs::read_to_string(p.expect("OFED file"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn driver_file(&self, driver: &str, f: &str) -> String {
+        std::fs::read_to_string(
+            self.host
+                .root()
+                .join("bus/pci/drivers")
+                .join(driver)
+                .join(f),
+        )
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+    }
+}
+
+pub fn list(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The outcome of one invocation.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status 0.
+    pub ok: bool,
+    /// stdout parsed (Null when empty).
+    pub json: Value,
+    /// stdout as text.
+    pub stdout: String,
+    /// stderr as text (the plugin's log).
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let json = if stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&stdout)
+                .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout:?}"))
+        };
+        Run {
+            ok: o.status.success(),
+            json,
+            stdout,
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    #[track_caller]
+    pub fn expect_ok(self) -> Value {
+        assert!(
+            self.ok,
+            "expected success, got {} / stderr: {}",
+            self.stdout, self.stderr
+        );
+        self.json
+    }
+
+    #[track_caller]
+    pub fn expect_code(self, code: u64) -> Value {
+        assert!(
+            !self.ok,
+            "expected error code {code}, got success: {}",
+            self.stdout
+        );
+        assert_eq!(
+            self.json["code"], code,
+            "expected code {code}: {} / stderr: {}",
+            self.stdout, self.stderr
+        );
+        assert!(self.json["msg"].as_str().is_some_and(|m| !m.is_empty()));
+        self.json
+    }
+}
+
+/// The IPv4 addresses on `ifname` in the pod (the kernel adds an IPv6 link-local itself).
+pub fn pod_addrs(pod: &Pod, ifname: &str) -> Vec<String> {
+    pod.link_snapshots()
+        .into_iter()
+        .find(|l| l.name == ifname)
+        .map(|l| l.addrs.into_iter().filter(|a| !a.contains(':')).collect())
+        .unwrap_or_default()
+}
+
