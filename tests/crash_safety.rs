@@ -139,6 +139,8 @@ fn killed_at_each_del_step_then_del_again_restores_the_host() {
                     .unwrap();
             }
             lab.del("d1", pod.netns(), &conf).expect_ok();
+            // The emulated sysfs is not live: show the renamed netdev again.
+            lab.host.sync_netdevs().unwrap();
             lab.del("d1", pod.netns(), &conf).expect_ok();
             assert_clean(&lab, &before, &devinfo, &what);
         }
@@ -185,7 +187,7 @@ fn sigterm_and_sigint_during_del_do_not_interrupt_it() {
 fn held_locks_give_code_11_within_the_bound() {
     let lab = Lab::default();
     let before = lab.host.snapshot();
-    let (mut conf, devinfo) = full_conf(&lab, 4);
+    let (mut conf, devinfo) = full_conf(&lab, 0);
     conf["lockTimeoutMs"] = json!(300);
     let pod = lab.host.new_pod();
 
@@ -211,7 +213,7 @@ fn held_locks_give_code_11_within_the_bound() {
     let vf_lock = hold(
         lab.state
             .join("locks")
-            .join(format!("{}.lock", lab.host.vf(4).addr)),
+            .join(format!("{}.lock", lab.host.vf(0).addr)),
     );
     let pod2 = lab.host.new_pod();
     lab.add("l2", &pod2, &conf).expect_code(11);

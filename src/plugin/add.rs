@@ -411,14 +411,22 @@ fn steps(
     if let Some(ipam) = &plan.ipam {
         let (ips, routes) = match ipam {
             Ipam::Builtin(c) => {
-                let a = c
-                    .allocate(
-                        &conf.name,
-                        &env.container_id,
-                        &env.ifname,
-                        conf.lock_timeout,
-                    )
-                    .map_err(ipam_error)?;
+                let a = match c.allocate(
+                    &conf.name,
+                    &env.container_id,
+                    &env.ifname,
+                    conf.lock_timeout,
+                ) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // A failed allocate releases what it created itself: the rollback
+                        // has no IPAM step to undo (and must not wait again for a lock
+                        // that just timed out). The durable journal keeps the step, so
+                        // a DEL after a crash still releases.
+                        j.steps.retain(|s| *s != Step::Ipam);
+                        return Err(ipam_error(e));
+                    }
+                };
                 let ips: Vec<IpConfig> = a
                     .ips
                     .iter()

@@ -731,7 +731,7 @@ impl EmuHost {
     /// so this re-creates VF `n`'s pair exactly as in `orig` (ifindex, MAC, MTU of both
     /// ends; the peer's admin state), the VF end named `pod_name` and down, then syncs
     /// sysfs. Does nothing when the VF netdev was not destroyed (it is in the host, or
-    /// still in a live netns). Errors: `ip link add` failing, or `orig` lacking the pair.
+    /// still in a live netns after waiting up to 10 s for the netns cleanup). Errors: `ip link add` failing, or `orig` lacking the pair.
     pub fn return_destroyed_vf_netdev(
         &self,
         n: u32,
@@ -742,9 +742,21 @@ impl EmuHost {
         let (Some(dev), Some(peer)) = (vf.netdev.as_deref(), vf.peer.as_deref()) else {
             return Ok(());
         };
-        let links = self.host_links();
-        if links.iter().any(|l| l.name == peer) {
-            return Ok(()); // the pair still exists: the VF end is in the host or a pod
+        // The kernel frees a dead netns asynchronously (cleanup_net work): wait, bounded,
+        // for the pair to go. A pair whose VF end is in the host is left alone.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let links = self.host_links_json()?;
+            let peer_link = links.iter().find(|l| l["ifname"].as_str() == Some(peer));
+            let Some(peer_link) = peer_link else { break };
+            let end = peer_link["link"].as_str();
+            if end.is_some_and(|e| links.iter().any(|l| l["ifname"].as_str() == Some(e))) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(()); // still alive: its VF end is in a live netns
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let (Some(d), Some(p)) = (orig.link(dev), orig.link(peer)) else {
             return Err(invalid(format!("snapshot lacks {dev}/{peer}")));
