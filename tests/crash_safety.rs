@@ -72,13 +72,20 @@ fn assert_killed(out: &Output, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.stdout.is_empty(), "{what}: a killed plugin printed nothing");
+    assert!(
+        out.stdout.is_empty(),
+        "{what}: a killed plugin printed nothing"
+    );
 }
 
 #[track_caller]
 fn assert_clean(lab: &Lab, before: &common::emuhost::HostSnapshot, devinfo: &Path, what: &str) {
     assert_eq!(&lab.host.snapshot(), before, "{what}: host restored");
-    assert!(lab.journals().is_empty(), "{what}: journals {:?}", lab.journals());
+    assert!(
+        lab.journals().is_empty(),
+        "{what}: journals {:?}",
+        lab.journals()
+    );
     assert!(
         lab.allocations().is_empty(),
         "{what}: allocations {:?}",
@@ -97,15 +104,33 @@ fn killed_at_each_add_step_then_del_or_a_retried_add_recovers() {
     for point in ADD_POINTS {
         // Kill, then DEL.
         let pod = lab.host.new_pod();
-        let out = raw(&lab, "ADD", "k1", pod.netns(), &conf, &format!("{point}=kill"));
+        let out = raw(
+            &lab,
+            "ADD",
+            "k1",
+            pod.netns(),
+            &conf,
+            &format!("{point}=kill"),
+        );
         assert_killed(&out, point);
-        assert_eq!(lab.journals(), ["k1-net1"], "{point}: the journal survives the kill");
+        assert_eq!(
+            lab.journals(),
+            ["k1-net1"],
+            "{point}: the journal survives the kill"
+        );
         lab.del("k1", pod.netns(), &conf).expect_ok();
         assert_clean(&lab, &before, &devinfo, &format!("{point}, kill then DEL"));
         assert_eq!(pod.links(), ["lo"], "{point}: nothing left in the pod");
 
         // Kill, then retry ADD, CHECK, DEL.
-        let out = raw(&lab, "ADD", "k2", pod.netns(), &conf, &format!("{point}=kill"));
+        let out = raw(
+            &lab,
+            "ADD",
+            "k2",
+            pod.netns(),
+            &conf,
+            &format!("{point}=kill"),
+        );
         assert_killed(&out, point);
         let res = lab.add("k2", &pod, &conf).expect_ok();
         assert_eq!(res["ips"].as_array().unwrap().len(), 1, "{point}: {res}");
@@ -128,7 +153,14 @@ fn killed_at_each_del_step_then_del_again_restores_the_host() {
             let what = format!("{point} (netns deleted: {delete_netns})");
             let pod = lab.host.new_pod();
             lab.add("d1", &pod, &conf).expect_ok();
-            let out = raw(&lab, "DEL", "d1", pod.netns(), &conf, &format!("{point}=kill"));
+            let out = raw(
+                &lab,
+                "DEL",
+                "d1",
+                pod.netns(),
+                &conf,
+                &format!("{point}=kill"),
+            );
             assert_killed(&out, &what);
             if delete_netns {
                 pod.delete().unwrap();
@@ -178,7 +210,6 @@ fn sigterm_and_sigint_during_del_do_not_interrupt_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_clean(&lab, &before, &devinfo, "after SIGTERM");
-
 }
 
 /// Every lock is bounded by `lockTimeoutMs`: a held VF lock or IPAM lock gives code 11
@@ -201,12 +232,21 @@ fn held_locks_give_code_11_within_the_bound() {
     let ipam_lock = hold(lab.data.join("ibnet").join("lock"));
     let t = std::time::Instant::now();
     let e = lab.add("l1", &pod, &conf).expect_code(11);
-    assert!(t.elapsed() < Duration::from_secs(5), "bounded: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "bounded: {:?}",
+        t.elapsed()
+    );
     assert!(e["msg"].as_str().unwrap().contains("lock"), "{e}");
     assert_clean(&lab, &before, &devinfo, "ADD with the IPAM lock held");
     lab.add("l1", &pod, &conf).expect_code(11);
     drop(ipam_lock);
-    assert_clean(&lab, &before, &devinfo, "second ADD with the IPAM lock held");
+    assert_clean(
+        &lab,
+        &before,
+        &devinfo,
+        "second ADD with the IPAM lock held",
+    );
 
     // The VF lock: ADD and DEL wait at most lockTimeoutMs.
     let res = lab.add("l1", &pod, &conf).expect_ok();
@@ -219,7 +259,11 @@ fn held_locks_give_code_11_within_the_bound() {
     lab.add("l2", &pod2, &conf).expect_code(11);
     let t = std::time::Instant::now();
     lab.del("l1", pod.netns(), &conf).expect_code(11);
-    assert!(t.elapsed() < Duration::from_secs(5), "bounded: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "bounded: {:?}",
+        t.elapsed()
+    );
     assert_eq!(lab.journals(), ["l1-net1"], "DEL kept the journal to retry");
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([]);

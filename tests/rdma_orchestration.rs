@@ -276,3 +276,27 @@ fn del_after_the_pod_netns_died_needs_no_rdma_move() {
         .rdma_names_in(w.host_key)
         .contains(&w.host.vf(1).rdma.clone().unwrap()));
 }
+
+/// STATUS with `rdmaIsolation: true`: code 50 naming the fix in shared mode, ready in
+/// exclusive mode; without the requirement the mode does not matter.
+#[test]
+fn status_reflects_the_rdma_netns_mode() {
+    for (mode, required, ok) in [
+        (NetnsMode::Shared, Some(true), false),
+        (NetnsMode::Exclusive, Some(true), true),
+        (NetnsMode::Shared, None, true),
+    ] {
+        let w = World::new(mode);
+        let mut c = w.conf(0, required);
+        c["cniVersion"] = json!("1.1.0");
+        let r = w.run("STATUS", "", "", &c);
+        match (ok, r) {
+            (true, Ok(None)) => {}
+            (false, Err(e)) => {
+                assert_eq!(e.code, 50, "{e}");
+                assert!(e.msg.contains("rdma system set netns exclusive"), "{e}");
+            }
+            (_, r) => panic!("{mode:?} {required:?}: unexpected {r:?}"),
+        }
+    }
+}

@@ -169,33 +169,38 @@ impl DiskStore {
         Ok(out)
     }
 
-    /// host-local `Store.Reserve` for one address: create `<dir>/<ip>` with
-    /// `O_CREAT|O_EXCL` mode 0600 and write `record_content(id, ifname)`;
-    /// then fsync the file. Returns `Ok(false)` when the file already exists
-    /// (the address is taken). On a write/fsync failure the file is removed.
-    /// The caller fsyncs the directory ([`DiskStore::sync_dir`]).
+    /// host-local `Store.Reserve` for one address, made crash-atomic: the record
+    /// `record_content(id, ifname)` is written to a temp file `.<ip>.tmp.<pid>` (mode
+    /// 0600) and fsynced, then hard-linked to `<dir>/<ip>` with link(2), which like
+    /// host-local's `O_CREAT|O_EXCL` fails when the name exists (the address is taken) but
+    /// never leaves an empty or partial `<ip>` file after a crash. The temp name is then
+    /// unlinked. Returns `Ok(false)` when the address is taken. The caller fsyncs the
+    /// directory ([`DiskStore::sync_dir`]). Temp files never parse as an address, so
+    /// scans ignore one left by a crash.
     pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
         let path = self.ip_path(ip);
-        let mut f = match OpenOptions::new()
-            .read(true)
+        let tmp = self.dir.join(format!(".{ip}.tmp.{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        let written = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(IpamError::io("cannot create", &path, &e)),
-        };
-        let written = f
-            .write_all(record_content(container_id, ifname).as_bytes())
-            .and_then(|()| f.sync_all());
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(record_content(container_id, ifname).as_bytes())?;
+                f.sync_all()
+            });
         if let Err(e) = written {
-            drop(f);
-            let _ = fs::remove_file(&path);
-            return Err(IpamError::io("cannot write", &path, &e));
+            let _ = fs::remove_file(&tmp);
+            return Err(IpamError::io("cannot write", &tmp, &e));
         }
-        Ok(true)
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(IpamError::io("cannot create", &path, &e)),
+        }
     }
 
     /// Remove the per-IP file of `ip`. Returns `Ok(false)` when it was

@@ -57,13 +57,17 @@ pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
                     conf.name
                 )));
             }
-            log::info!("IPAM network {}: free addresses per range set {free:?}", conf.name);
+            log::info!(
+                "IPAM network {}: free addresses per range set {free:?}",
+                conf.name
+            );
         }
         Some(Ipam::External(d)) => {
-            ctx.delegate(&d, Command::Status).map_err(|e| match e.code {
-                code::PLUGIN_NOT_AVAILABLE | code::LIMITED_CONNECTIVITY => e,
-                _ => unavailable(e.msg).with_details(e.details),
-            })?;
+            ctx.delegate(&d, Command::Status)
+                .map_err(|e| match e.code {
+                    code::PLUGIN_NOT_AVAILABLE | code::LIMITED_CONNECTIVITY => e,
+                    _ => unavailable(e.msg).with_details(e.details),
+                })?;
         }
         None => {}
     }

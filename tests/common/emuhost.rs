@@ -618,9 +618,22 @@ impl EmuHost {
         stdin_json: &str,
         extra_env: &[(&str, &str)],
     ) -> Output {
-        self.plugin_call(bin, command, container_id, netns, ifname, extra_env, |env, argv| {
-            exec_in_netns(&self.host_netns_path(), argv, env, Some(stdin_json.as_bytes()))
-        })
+        self.plugin_call(
+            bin,
+            command,
+            container_id,
+            netns,
+            ifname,
+            extra_env,
+            |env, argv| {
+                exec_in_netns(
+                    &self.host_netns_path(),
+                    argv,
+                    env,
+                    Some(stdin_json.as_bytes()),
+                )
+            },
+        )
     }
 
     /// [`EmuHost::run_plugin`] without waiting: the child has read its stdin when this
@@ -636,14 +649,23 @@ impl EmuHost {
         stdin_json: &str,
         extra_env: &[(&str, &str)],
     ) -> std::process::Child {
-        self.plugin_call(bin, command, container_id, netns, ifname, extra_env, |env, argv| {
-            let mut child = spawn_in_netns(&self.host_netns_path(), argv, env, true);
-            let mut pipe = child.stdin.take().expect("piped stdin");
-            // A config is far below the pipe buffer: this cannot block.
-            pipe.write_all(stdin_json.as_bytes()).expect("writing the config");
-            drop(pipe);
-            child
-        })
+        self.plugin_call(
+            bin,
+            command,
+            container_id,
+            netns,
+            ifname,
+            extra_env,
+            |env, argv| {
+                let mut child = spawn_in_netns(&self.host_netns_path(), argv, env, true);
+                let mut pipe = child.stdin.take().expect("piped stdin");
+                // A config is far below the pipe buffer: this cannot block.
+                pipe.write_all(stdin_json.as_bytes())
+                    .expect("writing the config");
+                drop(pipe);
+                child
+            },
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -769,8 +791,7 @@ impl EmuHost {
         );
         self.host_ip(&[
             "link", "add", "name", pod_name, "index", &di, "address", &d.address, "mtu", &dm,
-            "type", "veth", "peer", "name", peer, "index", &pi, "address", &p.address, "mtu",
-            &pm,
+            "type", "veth", "peer", "name", peer, "index", &pi, "address", &p.address, "mtu", &pm,
         ]);
         if p.up {
             self.host_ip(&["link", "set", peer, "up"]);

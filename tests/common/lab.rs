@@ -51,7 +51,14 @@ impl Lab {
         })
     }
 
-    pub fn run(&self, cmd: &str, cid: &str, netns: &str, conf: &Value, extra: &[(&str, &str)]) -> Run {
+    pub fn run(
+        &self,
+        cmd: &str,
+        cid: &str,
+        netns: &str,
+        conf: &Value,
+        extra: &[(&str, &str)],
+    ) -> Run {
         let out = self.host.run_plugin(
             Path::new(BIN),
             cmd,
@@ -193,4 +200,3 @@ pub fn pod_addrs(pod: &Pod, ifname: &str) -> Vec<String> {
         .map(|l| l.addrs.into_iter().filter(|a| !a.contains(':')).collect())
         .unwrap_or_default()
 }
-

@@ -1,0 +1,288 @@
+//! Delegated IPAM (SPEC.md "Section 4: Plugin Delegation") with Debian's real
+//! `host-local` and `static` (package containernetworking-plugins, /usr/lib/cni; .ci/run
+//! installs it), on the emulated host with the real binary. Needs root.
+//!
+//! Debian ships plugins 1.1.1, which know CNI versions up to 1.0.0: these tests use
+//! cniVersion 1.0.0. GC and STATUS (1.1.0 only) are checked against a recording
+//! delegate, a shell script, since those host-local versions do not implement them.
+
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::lab::{list, pod_addrs, Lab};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const DEBIAN_CNI: &str = "/usr/lib/cni";
+
+fn cni_path() -> String {
+    let ours = Path::new(common::lab::BIN).parent().unwrap();
+    assert!(
+        Path::new(DEBIAN_CNI).join("host-local").exists()
+            && Path::new(DEBIAN_CNI).join("static").exists(),
+        "{DEBIAN_CNI}/host-local and static are needed: apt-get install containernetworking-plugins"
+    );
+    format!("{}:{DEBIAN_CNI}", ours.display())
+}
+
+fn with_ipam(lab: &Lab, version: &str, vf: u32, ipam: Value) -> Value {
+    let mut c = lab.conf(version, vf);
+    c["ipam"] = ipam;
+    c
+}
+
+fn host_local(lab: &Lab) -> (Value, PathBuf) {
+    let dir = lab.host.root().join("host-local");
+    (
+        json!({"type": "host-local", "subnet": "10.77.0.0/24", "dataDir": dir,
+               "routes": [{"dst": "172.16.0.0/12"}]}),
+        dir.join("ibnet"),
+    )
+}
+
+fn run(lab: &Lab, cmd: &str, cid: &str, netns: &str, conf: &Value, fp: &str) -> common::lab::Run {
+    let path = cni_path();
+    let mut env = vec![("CNI_PATH", path.as_str())];
+    if !fp.is_empty() {
+        env.push(("IB_SRIOV_FAILPOINTS", fp));
+    }
+    lab.run(cmd, cid, netns, conf, &env)
+}
+
+/// host-local allocations: the per-IP files of its store.
+fn held(store: &Path) -> Vec<String> {
+    list(store)
+        .into_iter()
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+#[test]
+fn host_local_add_check_del() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let (ipam, store) = host_local(&lab);
+    let conf = with_ipam(&lab, "1.0.0", 0, ipam);
+    let pod = lab.host.new_pod();
+    let res = run(&lab, "ADD", "h1", pod.netns(), &conf, "").expect_ok();
+    assert_eq!(res["ips"][0]["address"], "10.77.0.2/24", "{res}");
+    assert_eq!(res["ips"][0]["gateway"], "10.77.0.1");
+    assert_eq!(res["ips"][0]["interface"], 0, "interface index set by us");
+    assert_eq!(res["routes"][0]["dst"], "172.16.0.0/12");
+    assert_eq!(res["interfaces"][0]["name"], "net1");
+    assert_eq!(pod_addrs(&pod, "net1"), ["10.77.0.2/24"]);
+    assert_eq!(held(&store), ["10.77.0.2"]);
+    assert_eq!(
+        std::fs::read_to_string(store.join("10.77.0.2")).unwrap(),
+        "h1\r\nnet1",
+        "host-local's own record"
+    );
+    assert!(
+        lab.allocations().is_empty(),
+        "the built-in store is not used"
+    );
+
+    let mut chk = conf.clone();
+    chk["prevResult"] = res.clone();
+    run(&lab, "CHECK", "h1", pod.netns(), &chk, "").expect_ok();
+    // host-local's CHECK fails when its store holds nothing for the container: only the
+    // delegate can see that, so this failure proves CHECK is forwarded.
+    let rec = std::fs::read(store.join("10.77.0.2")).unwrap();
+    std::fs::remove_file(store.join("10.77.0.2")).unwrap();
+    let r = run(&lab, "CHECK", "h1", pod.netns(), &chk, "");
+    assert!(!r.ok);
+    assert!(
+        r.json["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("ipam plugin host-local CHECK"),
+        "{}",
+        r.json
+    );
+    std::fs::write(store.join("10.77.0.2"), rec).unwrap();
+    run(&lab, "CHECK", "h1", pod.netns(), &chk, "").expect_ok();
+
+    run(&lab, "DEL", "h1", pod.netns(), &conf, "").expect_ok();
+    assert!(held(&store).is_empty(), "host-local released the address");
+    assert_eq!(lab.host.snapshot(), before);
+    run(&lab, "DEL", "h1", pod.netns(), &conf, "").expect_ok();
+}
+
+#[test]
+fn static_add_check_del() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let ipam = json!({"type": "static",
+        "addresses": [{"address": "10.88.0.5/24", "gateway": "10.88.0.1"}],
+        "routes": [{"dst": "10.200.0.0/16", "gw": "10.88.0.254"}],
+        "dns": {"nameservers": ["10.88.0.53"]}});
+    let conf = with_ipam(&lab, "1.0.0", 1, ipam);
+    let pod = lab.host.new_pod();
+    let res = run(&lab, "ADD", "s1", pod.netns(), &conf, "").expect_ok();
+    assert_eq!(res["ips"][0]["address"], "10.88.0.5/24", "{res}");
+    assert_eq!(res["ips"][0]["interface"], 0);
+    assert_eq!(
+        res["dns"]["nameservers"][0], "10.88.0.53",
+        "dns passed through"
+    );
+    assert_eq!(pod_addrs(&pod, "net1"), ["10.88.0.5/24"]);
+    let routes = pod.exec(&["ip", "route", "show", "10.200.0.0/16"]);
+    assert!(
+        String::from_utf8_lossy(&routes.stdout).contains("via 10.88.0.254 dev net1"),
+        "{}",
+        String::from_utf8_lossy(&routes.stdout)
+    );
+    let mut chk = conf.clone();
+    chk["prevResult"] = res;
+    run(&lab, "CHECK", "s1", pod.netns(), &chk, "").expect_ok();
+    run(&lab, "DEL", "s1", pod.netns(), &conf, "").expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// ADD failing after the delegate allocated (and a crash there): the delegate's DEL runs,
+/// so host-local's allocation is released; the host is as before.
+#[test]
+fn add_failing_after_ipam_releases_the_delegates_allocation() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let (ipam, store) = host_local(&lab);
+    let mut conf = with_ipam(&lab, "1.0.0", 2, ipam);
+    conf["link_state"] = json!("enable");
+    let pod = lab.host.new_pod();
+    for point in ["add.ipam", "add.addresses", "add.complete"] {
+        let e = run(
+            &lab,
+            "ADD",
+            "f1",
+            pod.netns(),
+            &conf,
+            &format!("{point}=error"),
+        )
+        .expect_code(102);
+        assert!(e["msg"].as_str().unwrap().contains(point), "{e}");
+        assert!(
+            held(&store).is_empty(),
+            "{point}: host-local DEL was called"
+        );
+        assert_eq!(lab.host.snapshot(), before, "{point}");
+        assert!(lab.journals().is_empty(), "{point}");
+    }
+    // Killed right after host-local allocated: the next DEL releases it.
+    let out = lab.host.run_plugin(
+        Path::new(common::lab::BIN),
+        "ADD",
+        "f2",
+        pod.netns(),
+        "net1",
+        &conf.to_string(),
+        &[
+            ("CNI_PATH", &cni_path()),
+            ("IB_SRIOV_FAILPOINTS", "add.ipam=kill"),
+        ],
+    );
+    assert!(!out.status.success());
+    assert_eq!(held(&store).len(), 1, "allocated before the kill");
+    run(&lab, "DEL", "f2", pod.netns(), &conf, "").expect_ok();
+    assert!(held(&store).is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// The delegate's own failure (an exhausted host-local range) reaches the runtime with
+/// the delegate's code and message, and the VF is rolled back.
+#[test]
+fn a_failing_delegate_rolls_back_and_passes_its_error_on() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let dir = lab.host.root().join("host-local");
+    let ipam = json!({"type": "host-local", "dataDir": dir, "ranges": [[{
+        "subnet": "10.77.0.0/24", "rangeStart": "10.77.0.9", "rangeEnd": "10.77.0.9"}]]});
+    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
+    let c1 = with_ipam(&lab, "1.0.0", 0, ipam.clone());
+    let c2 = with_ipam(&lab, "1.0.0", 1, ipam);
+    run(&lab, "ADD", "e1", p1.netns(), &c1, "").expect_ok();
+    let snap = lab.host.snapshot();
+    let r = run(&lab, "ADD", "e2", p2.netns(), &c2, "");
+    assert!(!r.ok);
+    let msg = r.json["msg"].as_str().unwrap();
+    assert!(msg.starts_with("ipam plugin host-local ADD:"), "{}", r.json);
+    assert_eq!(lab.host.snapshot(), snap, "VF 1 rolled back");
+    assert_eq!(p2.links(), ["lo"]);
+    run(&lab, "DEL", "e1", p1.netns(), &c1, "").expect_ok();
+    run(&lab, "DEL", "e2", p2.netns(), &c2, "").expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// A delegate that is not on CNI_PATH is a config error before any change; `dhcp` is
+/// refused with the reason.
+#[test]
+fn missing_delegate_and_dhcp_are_refused_up_front() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "no-such-ipam"}));
+    let e = run(&lab, "ADD", "m1", pod.netns(), &conf, "").expect_code(7);
+    assert!(
+        e["msg"].as_str().unwrap().contains("not found in CNI_PATH"),
+        "{e}"
+    );
+    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "dhcp"}));
+    let e = run(&lab, "ADD", "m1", pod.netns(), &conf, "").expect_code(7);
+    assert!(e["msg"].as_str().unwrap().contains("daemon"), "{e}");
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty());
+}
+
+/// GC and STATUS are forwarded with the same stdin (the valid-attachments list included)
+/// and environment; a delegate's STATUS code 50 is passed on.
+#[test]
+fn gc_and_status_are_forwarded() {
+    let lab = Lab::default();
+    let bin = lab.host.root().join("fake-cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = lab.host.root().join("recorder.log");
+    let script = bin.join("recorder");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ninput=$(cat)\nprintf '%s %s\\n' \"$CNI_COMMAND\" \"$input\" >> {log}\n\
+             if [ \"$CNI_COMMAND\" = STATUS ] && [ -e {log}.down ]; then\n\
+             echo '{{\"cniVersion\":\"1.1.0\",\"code\":50,\"msg\":\"pool service down\"}}'; exit 1; fi\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut conf = lab.conf("1.1.0", 0);
+    conf.as_object_mut().unwrap().remove("deviceID");
+    conf["ipam"] = json!({"type": "recorder", "pool": "p1"});
+    conf["cni.dev/valid-attachments"] = json!([{"containerID": "x", "ifname": "net1"}]);
+    let path = format!("{}:{}", bin.display(), cni_path());
+    let env = [("CNI_PATH", path.as_str())];
+    lab.run("GC", "", "", &conf, &env).expect_ok();
+    lab.run("STATUS", "", "", &conf, &env).expect_ok();
+    std::fs::write(format!("{}.down", log.display()), "").unwrap();
+    let e = lab.run("STATUS", "", "", &conf, &env).expect_code(50);
+    assert!(
+        e["msg"].as_str().unwrap().contains("pool service down"),
+        "{e}"
+    );
+
+    let lines: Vec<(String, Value)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (cmd, json) = l.split_once(' ').unwrap();
+            (cmd.to_string(), serde_json::from_str(json).unwrap())
+        })
+        .collect();
+    let cmds: Vec<&str> = lines.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(cmds, ["GC", "STATUS", "STATUS"]);
+    assert_eq!(
+        lines[0].1["cni.dev/valid-attachments"][0]["containerID"],
+        "x"
+    );
+    assert_eq!(lines[0].1["ipam"]["pool"], "p1");
+    assert_eq!(lines[0].1["name"], "ibnet");
+}
