@@ -467,3 +467,22 @@ fn without_journal(ctx: &Ctx) -> Result<(), String> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combine_keeps_one_error_and_folds_several_by_code() {
+        assert_eq!(combine(vec![], "m".into()), Ok(()));
+        let busy = CniError::try_later("lock busy");
+        assert_eq!(combine(vec![busy.clone()], "m".into()), Err(busy.clone()));
+        let e = combine(vec![busy.clone(), busy.clone()], "sweep".into()).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (code::TRY_AGAIN_LATER, "sweep"));
+        assert_eq!(e.details, "lock busy; lock busy");
+        let host = CniError::host("netlink").with_details("EBUSY");
+        let e = combine(vec![busy, host], "sweep".into()).unwrap_err();
+        assert_eq!(e.code, code::HOST_OPERATION);
+        assert_eq!(e.details, "lock busy; netlink (EBUSY)");
+    }
+}
