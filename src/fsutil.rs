@@ -54,18 +54,47 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     res
 }
 
-/// Removes `path` and fsyncs its directory; `Ok(false)` when it did not exist.
+/// Removes `path`, and the temp files that writers of `path` killed mid-write left
+/// next to it (`.<name>.tmp.<pid>`, see [`atomic_write`]), and fsyncs its directory;
+/// `Ok(false)` when `path` did not exist. Callers hold whatever lock serializes the
+/// writers of `path`, so no such temp file belongs to a live writer.
 pub fn remove_durable(path: &Path) -> io::Result<bool> {
-    match fs::remove_file(path) {
-        Ok(()) => {
-            if let Some(d) = path.parent() {
-                fsync_dir(d)?;
-            }
-            Ok(true)
+    let removed = match fs::remove_file(path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    let temps = remove_temps_of(path);
+    if removed || temps > 0 {
+        if let Some(d) = path.parent() {
+            fsync_dir(d)?;
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
     }
+    Ok(removed)
+}
+
+/// Removes the `.<name>.tmp.<pid>` files of `path` (best effort); returns how many.
+fn remove_temps_of(path: &Path) -> usize {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return 0;
+    };
+    let prefix = format!(".{}.tmp.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            match fs::remove_file(e.path()) {
+                Ok(()) => {
+                    log::info!("removed {} left by a killed writer", e.path().display());
+                    n += 1;
+                }
+                Err(err) => log::warn!("removing {}: {err}", e.path().display()),
+            }
+        }
+    }
+    n
 }
 
 /// fsyncs a directory so a rename or unlink in it is durable.
@@ -164,6 +193,23 @@ mod tests {
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
         assert!(remove_durable(&p).unwrap());
         assert!(!remove_durable(&p).unwrap());
+    }
+
+    #[test]
+    fn remove_durable_also_removes_temps_of_killed_writers() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1-net1");
+        atomic_write(&p, b"one").unwrap();
+        fs::write(d.path().join(".c1-net1.tmp.4242"), b"half").unwrap();
+        fs::write(d.path().join(".c1-net10.tmp.4242"), b"other").unwrap();
+        fs::write(d.path().join("c1-net10"), b"other").unwrap();
+        assert!(remove_durable(&p).unwrap());
+        let mut left: Vec<String> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec![".c1-net10.tmp.4242", "c1-net10"]);
     }
 
     #[test]

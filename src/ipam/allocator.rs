@@ -84,8 +84,9 @@ impl IpamConfig {
     /// `"<cid>\r\n<ifname>"`, or a legacy file containing only `<cid>`), that
     /// address is returned; otherwise candidates are tried round robin
     /// starting after `last_reserved_ip.<i>` (see
-    /// [`super::RangeSet::iter`]), each claimed by creating `<ip>` with
-    /// `O_EXCL`, and `last_reserved_ip.<i>` is updated. The directory is
+    /// [`super::RangeSet::iter`]), each claimed by creating `<ip>`
+    /// exclusively and never partially written ([`DiskStore::reserve`]), and
+    /// `last_reserved_ip.<i>` is updated. The directory is
     /// fsynced after every change.
     ///
     /// Errors: [`IpamError::InvalidConfig`] for an unsafe network name,
@@ -105,6 +106,7 @@ impl IpamConfig {
         let store = self.store(network);
         store.ensure_dir()?;
         let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        store.remove_stale_temp_files();
         let records = store.scan()?;
         let held: HashSet<IpAddr> = records.iter().map(|r| r.ip).collect();
         let mine = held_by(&records, container_id, ifname);

@@ -4,8 +4,10 @@
 //! ```text
 //! <dataDir>/<network>/                 directory, mode 0755 (os.MkdirAll)
 //! <dataDir>/<network>/lock             flock'ed lock file (see lock.rs)
-//! <dataDir>/<network>/<ip>             one per allocated address, O_EXCL, mode 0600,
-//!                                      content "<containerID>\r\n<ifname>" (no final newline)
+//! <dataDir>/<network>/<ip>             one per allocated address, mode 0600, content
+//!                                      "<containerID>\r\n<ifname>" (no final newline);
+//!                                      created exclusively by link(2) from a written and
+//!                                      fsync'd temp file `.reserve.<ip>.<pid>`
 //! <dataDir>/<network>/last_reserved_ip.<rangeset index>
 //!                                      content "<ip>" (no newline), mode 0600
 //! ```
@@ -30,6 +32,10 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 
 /// Prefix of the round-robin cursor files (backend.go `lastIPFilePrefix`).
 pub const LAST_IP_FILE_PREFIX: &str = "last_reserved_ip.";
+
+/// Name prefix of the temp files of [`DiskStore::reserve`] (not an address, so
+/// host-local and [`DiskStore::scan`] ignore them).
+pub const RESERVE_TEMP_PREFIX: &str = ".reserve.";
 
 /// Separator between container ID and interface name in a per-IP file
 /// (backend.go `LineBreak`).
@@ -169,27 +175,36 @@ impl DiskStore {
         Ok(out)
     }
 
-    /// host-local `Store.Reserve` for one address, made crash-atomic: the record
-    /// `record_content(id, ifname)` is written to a temp file `.<ip>.tmp.<pid>` (mode
-    /// 0600) and fsynced, then hard-linked to `<dir>/<ip>` with link(2), which like
-    /// host-local's `O_CREAT|O_EXCL` fails when the name exists (the address is taken) but
-    /// never leaves an empty or partial `<ip>` file after a crash. The temp name is then
-    /// unlinked. Returns `Ok(false)` when the address is taken. The caller fsyncs the
-    /// directory ([`DiskStore::sync_dir`]). Temp files never parse as an address, so
-    /// scans ignore one left by a crash.
+    /// host-local `Store.Reserve` for one address: `<dir>/<ip>` with content
+    /// `record_content(id, ifname)`, mode 0600, taken only if absent. Returns
+    /// `Ok(false)` when the file already exists (the address is taken).
+    ///
+    /// The name appears only with its full content: the record is written and
+    /// fsync'd to a temp file (`.reserve.<ip>.<pid>`), then hard-linked to
+    /// `<ip>` (link(2) fails with EEXIST like O_EXCL) and the temp name removed.
+    /// host-local's create-then-write leaves an empty `<ip>` file when the
+    /// process is killed in between, an address that no DEL ever releases
+    /// (its content names no container). A kill here leaves at most the temp
+    /// file, which [`DiskStore::remove_stale_temp_files`] removes.
+    /// The caller fsyncs the directory ([`DiskStore::sync_dir`]).
     pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
         let path = self.ip_path(ip);
-        let tmp = self.dir.join(format!(".{ip}.tmp.{}", std::process::id()));
+        let tmp = self.dir.join(format!(
+            "{RESERVE_TEMP_PREFIX}{}.{}",
+            canonical_ip(ip),
+            std::process::id()
+        ));
         let _ = fs::remove_file(&tmp);
-        let written = OpenOptions::new()
+        let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| {
-                f.write_all(record_content(container_id, ifname).as_bytes())?;
-                f.sync_all()
-            });
+            .map_err(|e| IpamError::io("cannot create", &tmp, &e))?;
+        let written = f
+            .write_all(record_content(container_id, ifname).as_bytes())
+            .and_then(|()| f.sync_all());
+        drop(f);
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(IpamError::io("cannot write", &tmp, &e));
@@ -200,6 +215,26 @@ impl DiskStore {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(IpamError::io("cannot create", &path, &e)),
+        }
+    }
+
+    /// Removes the temp files of [`DiskStore::reserve`] left by killed
+    /// processes. Only under the exclusive lock: every writer holds it, so no
+    /// temp file then belongs to a live one. Best effort.
+    pub fn remove_stale_temp_files(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(RESERVE_TEMP_PREFIX))
+            {
+                match fs::remove_file(e.path()) {
+                    Ok(()) => log::info!("removed stale {}", e.path().display()),
+                    Err(err) => log::warn!("removing stale {}: {err}", e.path().display()),
+                }
+            }
         }
     }
 
@@ -308,6 +343,25 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
         let mode = fs::metadata(s.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & !0o755, 0, "dir mode {mode:o}");
+        // No temp file left behind.
+        let names: Vec<_> = fs::read_dir(s.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn a_killed_reserve_leaves_no_address_taken_and_its_temp_file_is_removed() {
+        let (_d, s) = store();
+        // What a writer killed after writing its temp file leaves.
+        let tmp = s.dir().join(format!("{RESERVE_TEMP_PREFIX}10.0.0.2.4242"));
+        fs::write(&tmp, "dead\r\nnet1").unwrap();
+        assert!(s.scan().unwrap().is_empty(), "a temp file is no allocation");
+        assert!(s.reserve(ip("10.0.0.2"), "c", "net1").unwrap());
+        s.remove_stale_temp_files();
+        assert!(!tmp.exists());
+        assert_eq!(fs::read(s.dir().join("10.0.0.2")).unwrap(), b"c\r\nnet1");
     }
 
     #[test]

@@ -82,6 +82,11 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             if let Err(e) = without_journal(ctx) {
                 errs.push(CniError::host(e));
             }
+            // An ADD killed before its first journal write was renamed into place left
+            // only the temp file: remove it with the (absent) journal.
+            if let Err(e) = ctx.store.remove(&env.container_id, &env.ifname) {
+                log::warn!("removing journal temp files: {e}");
+            }
         }
         Err(e) => errs.push(CniError::new(
             code::IO_FAILURE,

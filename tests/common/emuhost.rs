@@ -760,8 +760,7 @@ impl EmuHost {
         pod_name: &str,
         orig: &HostSnapshot,
     ) -> io::Result<()> {
-        let vf = self.vf(n);
-        let (Some(dev), Some(peer)) = (vf.netdev.as_deref(), vf.peer.as_deref()) else {
+        let Some(peer) = self.vf(n).peer.as_deref() else {
             return Ok(());
         };
         // The kernel frees a dead netns asynchronously (cleanup_net work): wait, bounded,
@@ -780,6 +779,19 @@ impl EmuHost {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        self.recreate_vf_pair(n, pod_name, orig)?;
+        self.sync_netdevs()
+    }
+
+    /// Re-creates VF `n`'s veth pair in the host netns as it was in `orig` (ifindex,
+    /// MAC and MTU of both ends, the peer's admin state), the VF end named `name` and
+    /// down. Does not touch the emulated sysfs (see [`EmuHost::sync_netdevs`]).
+    /// Errors: `orig` lacks the pair; panics when `ip link add` fails.
+    pub fn recreate_vf_pair(&self, n: u32, name: &str, orig: &HostSnapshot) -> io::Result<()> {
+        let vf = self.vf(n);
+        let (Some(dev), Some(peer)) = (vf.netdev.as_deref(), vf.peer.as_deref()) else {
+            return Ok(());
+        };
         let (Some(d), Some(p)) = (orig.link(dev), orig.link(peer)) else {
             return Err(invalid(format!("snapshot lacks {dev}/{peer}")));
         };
@@ -790,13 +802,13 @@ impl EmuHost {
             p.mtu.to_string(),
         );
         self.host_ip(&[
-            "link", "add", "name", pod_name, "index", &di, "address", &d.address, "mtu", &dm,
-            "type", "veth", "peer", "name", peer, "index", &pi, "address", &p.address, "mtu", &pm,
+            "link", "add", "name", name, "index", &di, "address", &d.address, "mtu", &dm, "type",
+            "veth", "peer", "name", peer, "index", &pi, "address", &p.address, "mtu", &pm,
         ]);
         if p.up {
             self.host_ip(&["link", "set", peer, "up"]);
         }
-        self.sync_netdevs()
+        Ok(())
     }
 
     /// Makes the sysfs `net/` entries (and `class/net/`) show what the kernel would show
