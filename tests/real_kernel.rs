@@ -240,7 +240,11 @@ struct Run {
 
 impl Run {
     fn expect_ok(self, what: &str) -> Value {
-        assert!(self.ok, "{what} failed: {}\nstderr:\n{}", self.json, self.stderr);
+        assert!(
+            self.ok,
+            "{what} failed: {}\nstderr:\n{}",
+            self.json, self.stderr
+        );
         self.json
     }
 }
@@ -381,7 +385,9 @@ fn assert_attached(pod: &Pod, result: &Value, mac: &str) {
         .unwrap_or_else(|| panic!("{IFNAME} not in the pod: {links}"));
     assert_eq!(l["address"], mac, "the pod's {IFNAME} is the VF netdev");
     assert!(l["flags"].as_array().unwrap().iter().any(|f| f == "UP"));
-    let want = result["ips"][0]["address"].as_str().expect("result has an IP");
+    let want = result["ips"][0]["address"]
+        .as_str()
+        .expect("result has an IP");
     let have: Vec<String> = l["addr_info"]
         .as_array()
         .unwrap()
@@ -429,7 +435,11 @@ fn discovery_from_real_sysfs() {
         assert_eq!(d.pf, pf_addr, "PF of {vf}");
         assert_eq!(d.vf_index, VfIndex(i as u32), "index of {vf}");
         assert_eq!(d.pf_netdev.as_deref(), Some(var("LAB_PF_NETDEV").as_str()));
-        assert_eq!(d.netdev.as_deref(), Some(netdevs[i].as_str()), "netdev of {vf}");
+        assert_eq!(
+            d.netdev.as_deref(),
+            Some(netdevs[i].as_str()),
+            "netdev of {vf}"
+        );
         assert_eq!(d.driver.as_deref(), Some(driver.as_str()));
         assert!(!d.is_vfio());
         assert!(d.rdma_devices.is_empty(), "igbvf has no RDMA device");
@@ -441,7 +451,10 @@ fn discovery_from_real_sysfs() {
         );
         assert_eq!(sysfs.netdev_pci_address(name).unwrap(), Some(pci(vf)));
         let l = nl.link_by_parent(vf).unwrap().expect("link by parent");
-        assert_eq!((l.index, l.name.as_str()), (ifindex_of(name), name.as_str()));
+        assert_eq!(
+            (l.index, l.name.as_str()),
+            (ifindex_of(name), name.as_str())
+        );
         assert_eq!(l.parent_dev.as_deref(), Some(vf.as_str()));
     }
     let listed: Vec<(VfIndex, PciAddress)> = vfs()
@@ -460,7 +473,9 @@ fn discovery_from_real_sysfs() {
     let pf_link = nl.link_by_name(&var("LAB_PF_NETDEV")).unwrap().unwrap();
     let cfgs = nl.vf_configs(pf_link.index).unwrap();
     let ipd = ip_json(&["-d", "link", "show", "dev", &var("LAB_PF_NETDEV")]);
-    let table = ipd[0]["vfinfo_list"].as_array().expect("ip shows a VF table");
+    let table = ipd[0]["vfinfo_list"]
+        .as_array()
+        .expect("ip shows a VF table");
     assert_eq!(cfgs.len(), table.len());
     assert_eq!(cfgs.len(), vfs().len());
     for (i, c) in cfgs.iter().enumerate() {
@@ -496,7 +511,9 @@ fn add_check_del_del_igbvf_with_builtin_ipam() {
     let mut conf = p.conf(vf);
     conf["cniVersion"] = json!("1.1.0");
 
-    let res = p.run("ADD", "cid-acdd", &pod.path(), &conf).expect_ok("ADD");
+    let res = p
+        .run("ADD", "cid-acdd", &pod.path(), &conf)
+        .expect_ok("ADD");
     assert_attached(&pod, &res, mac);
     assert_eq!(res["interfaces"][0]["pciID"], vf.as_str());
     assert_eq!(res["interfaces"][0]["mtu"], 1500, "igbvf MTU");
@@ -539,7 +556,8 @@ fn del_after_netns_deleted_renames_returned_vf_netdev() {
     let p = Plugin::new();
     let pod = Pod::new("gone");
     let conf = p.conf(vf);
-    p.run("ADD", "cid-gone", &pod.path(), &conf).expect_ok("ADD");
+    p.run("ADD", "cid-gone", &pod.path(), &conf)
+        .expect_ok("ADD");
     assert!(sysfs_netdevs(vf).is_empty());
     let netns_path = pod.path();
     pod.delete();
@@ -576,7 +594,8 @@ fn del_racing_netns_cleanup_still_restores_name() {
     let p = Plugin::new();
     let pod = Pod::new("race");
     let conf = p.conf(vf);
-    p.run("ADD", "cid-race", &pod.path(), &conf).expect_ok("ADD");
+    p.run("ADD", "cid-race", &pod.path(), &conf)
+        .expect_ok("ADD");
     let netns_path = pod.path();
     pod.delete();
     let del = p.run("DEL", "cid-race", &netns_path, &conf);
@@ -626,9 +645,15 @@ fn driver_rebind_recreates_netdev_found_by_pci_address() {
     assert_ne!(index, old_index, "a new netdev");
     assert_eq!(index, ifindex_of(&name));
     let nl = Netlink::open().unwrap();
-    let l = nl.link_by_parent(vf).unwrap().expect("found by PCI address");
+    let l = nl
+        .link_by_parent(vf)
+        .unwrap()
+        .expect("found by PCI address");
     assert_eq!((l.index, l.name.as_str()), (index, name.as_str()));
-    assert_eq!(sysfs.driver(addr).unwrap().as_deref(), Some(driver.as_str()));
+    assert_eq!(
+        sysfs.driver(addr).unwrap().as_deref(),
+        Some(driver.as_str())
+    );
     let d = sysfs.discover_vf(addr).unwrap();
     assert_eq!(d.netdev.as_deref(), Some(name.as_str()));
     eprintln!("VF {vf}: {old} (ifindex {old_index}) -> {name} (ifindex {index})");
@@ -816,7 +841,10 @@ fn rdma_isolation_refused_move_rolls_back() {
     let overlay = VfOverlay::new(vf, &rxe.name);
     let d = Sysfs::from_env().discover_vf(pci(vf)).unwrap();
     assert_eq!(d.rdma_devices, vec![rxe.name.clone()], "overlay in place");
-    assert_eq!(d.netdev.as_deref(), Some(vf_netdev(vf, Duration::ZERO).as_str()));
+    assert_eq!(
+        d.netdev.as_deref(),
+        Some(vf_netdev(vf, Duration::ZERO).as_str())
+    );
 
     let before = host_snapshot();
     let devs_before = rdma_devs();
