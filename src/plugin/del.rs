@@ -265,11 +265,18 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState, release_ipam: bool) -> 
             log::warn!("original link state of VF {} unknown; restoring auto", j.vf);
             LinkState::Auto
         });
-        check(
-            view.set_link_state(want, j.link_state_via)
-                .map(|_| log::info!("VF {} link state restored to {want}", j.vf))
-                .map_err(CniError::host),
-        );
+        // Already original (the set never happened, e.g. the driver refused it, or a
+        // previous DEL restored it): no set, which such a driver would refuse as well.
+        let current = view.read().ok().and_then(|st| st.link_state).map(|s| s.0);
+        if current == Some(want) {
+            log::info!("VF {} link state is already {want}", j.vf);
+        } else {
+            check(
+                view.set_link_state(want, j.link_state_via)
+                    .map(|_| log::info!("VF {} link state restored to {want}", j.vf))
+                    .map_err(CniError::host),
+            );
+        }
         check(hit("del.link_state"));
     }
     errs

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Real-kernel lab (README "Real-kernel lab"): runs the plugin's real-kernel tests
+# (tests/real_kernel.rs) inside a QEMU guest (TCG, no KVM needed) booted with virtme-ng
+# on this machine's root filesystem, with an emulated Intel 82576 (`igb`) SR-IOV PF.
+# The guest creates two igbvf VFs, loads rdma_rxe and runs every test of
+# tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
+# real kernel's rtnetlink and RDMA netlink, one test per row of the printed table.
+#
+#   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
+#                                      failure, on zero tests run, or when the guest did
+#                                      not finish
+#   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
+#
+# Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
+# Debian bookworm-backports (qemu-system-x86 10 with `igb`; the 6.12 kernel image, only
+# downloaded and unpacked, never installed as the host's kernel), busybox-static, kmod,
+# virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
+# (default /var/lib/ib-sriov-lab; not /var/cache, which the guest hides under a tmpfs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LAB_DIR="${IB_SRIOV_LAB_DIR:-/var/lib/ib-sriov-lab}"
+VIRTME_NG_VERSION=1.42
+NUM_VFS=2
+
+# ---------------------------------------------------------------------------- guest
+if [[ "${1:-}" == --guest ]]; then
+    out="$2"
+    testbin="$3"
+    kmod_dir="${4:-}"
+    results="$out/results.tsv"
+    : >"$results"
+    exec >"$out/guest.log" 2>&1
+    set -x
+    row() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; }
+    setup_fail() {
+        row FAIL "setup: $1" 0
+        touch "$out/done"
+        exit 1
+    }
+    unset IB_SRIOV_SYSFS_ROOT
+    mkdir -p /run/netns "$out/tests"
+
+    modprobe igb || setup_fail "modprobe igb"
+    modprobe igbvf || setup_fail "modprobe igbvf"
+    pf=""
+    for d in /sys/bus/pci/drivers/igb/0000:*; do
+        [[ -e "$d/sriov_totalvfs" ]] && pf="$(basename "$d")" && break
+    done
+    [[ -n "$pf" ]] || setup_fail "no igb SR-IOV PF in the guest"
+    pfdir="/sys/bus/pci/devices/$pf"
+    for _ in $(seq 50); do [[ -n "$(ls "$pfdir/net" 2>/dev/null)" ]] && break; sleep 0.1; done
+    pf_netdev="$(ls "$pfdir/net")"
+    ip link set "$pf_netdev" up || setup_fail "ip link set $pf_netdev up"
+    echo "$NUM_VFS" >"$pfdir/sriov_numvfs" || setup_fail "echo $NUM_VFS > $pfdir/sriov_numvfs"
+    vfs=() vf_netdevs=()
+    for ((i = 0; i < NUM_VFS; i++)); do
+        vf="$(basename "$(readlink "$pfdir/virtfn$i")")" || setup_fail "$pfdir/virtfn$i"
+        n=""
+        for _ in $(seq 100); do
+            n="$(ls "$pfdir/virtfn$i/net" 2>/dev/null || true)"
+            [[ -n "$n" ]] && break
+            sleep 0.1
+        done
+        [[ -n "$n" ]] || setup_fail "VF $i ($vf) has no netdev"
+        vfs+=("$vf") vf_netdevs+=("$n")
+    done
+    vf_driver="$(basename "$(readlink "$pfdir/virtfn0/driver")")"
+    row PASS "setup: igb PF $pf ($pf_netdev) with VFs ${vfs[*]} (${vf_netdevs[*]}, $vf_driver)" 0
+    modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
+    rdma system set netns exclusive || setup_fail "rdma system set netns exclusive"
+    row PASS "setup: rdma_rxe loaded, RDMA netns mode exclusive" 0
+    if [[ -n "$kmod_dir" ]]; then
+        insmod "$kmod_dir/vfguid.ko" && row PASS "setup: insmod tests/kmod/vfguid.ko" 0 ||
+            row FAIL "setup: insmod tests/kmod/vfguid.ko" 0
+    fi
+
+    export LAB_PF="$pf" LAB_PF_NETDEV="$pf_netdev" LAB_VF_DRIVER="$vf_driver"
+    LAB_VFS="$(IFS=,; echo "${vfs[*]}")" LAB_VF_NETDEVS="$(IFS=,; echo "${vf_netdevs[*]}")"
+    export LAB_VFS LAB_VF_NETDEVS
+    export LAB_LIBCNI_DRIVER="$out/libcni-driver" RUST_BACKTRACE=1
+    ip -d link show
+    ls -l "$pfdir"/ "$pfdir"/virtfn*/
+
+    # One process per test, in this order: the RDMA netns-mode round trip first (the
+    # kernel refuses a mode change while any other network namespace exists, and the
+    # other tests create and delete pod namespaces), then the rest as listed.
+    mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p')
+    ordered=()
+    for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] && ordered+=("$t"); done
+    for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] || ordered+=("$t"); done
+    for t in "${ordered[@]}"; do
+        start=$(date +%s.%N)
+        status=0
+        timeout 300 "$testbin" --ignored --exact "$t" --test-threads=1 --nocapture \
+            >"$out/tests/$t.log" 2>&1 || status=$?
+        secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+        if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$out/tests/$t.log"; then
+            row PASS "$t" "$secs"
+        else
+            row FAIL "$t" "$secs"
+        fi
+        # A failed test may leave a VF behind: put the lab back for the next one (noted in
+        # that test's log; the failure itself is already recorded).
+        for ((i = 0; i < NUM_VFS; i++)); do
+            if [[ -z "$(readlink "$pfdir/virtfn$i/driver")" ]]; then
+                echo "lab: rebinding ${vfs[i]} to $vf_driver" >>"$out/tests/$t.log"
+                echo "${vfs[i]}" >"/sys/bus/pci/drivers/$vf_driver/bind" || true
+            fi
+            n=""
+            for _ in $(seq 100); do
+                n="$(ls "$pfdir/virtfn$i/net" 2>/dev/null || true)"
+                [[ -n "$n" ]] && break
+                sleep 0.1
+            done
+            if [[ -n "$n" && "$n" != "${vf_netdevs[i]}" ]]; then
+                echo "lab: VF $i netdev is $n, renaming it back to ${vf_netdevs[i]}" >>"$out/tests/$t.log"
+                ip link set "$n" down && ip link set "$n" name "${vf_netdevs[i]}" || true
+            fi
+        done
+        ip netns list | awk '{ print $1 }' | xargs -r -n1 ip netns del || true
+    done
+    touch "$out/done"
+    exit 0
+fi
+
+# ----------------------------------------------------------------------------- host
+if [[ "$(id -u)" != 0 ]]; then
+    echo "kernel-lab: must run as root (apt-get, /lib/modules, VF setup in the guest)" >&2
+    exit 1
+fi
+t0=$(date +%s)
+export DEBIAN_FRONTEND=noninteractive
+
+# 1. Installs.
+bpo=/etc/apt/sources.list.d/ib-sriov-lab-bookworm-backports.list
+if ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$bpo"
+    apt-get update -qq
+fi
+kernel_pkg() {
+    apt-cache depends linux-image-amd64/bookworm-backports 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
+}
+pkg="$(kernel_pkg)"
+if [[ -z "$pkg" ]]; then
+    apt-get update -qq
+    pkg="$(kernel_pkg)"
+fi
+[[ -n "$pkg" ]] || { echo "kernel-lab: no linux-image-amd64 in bookworm-backports" >&2; exit 1; }
+kver="${pkg#linux-image-}"
+qemu_ver() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true; }
+need=()
+[[ "$(qemu_ver)" == *bpo* ]] || need+=(qemu-system-x86/bookworm-backports)
+for p in busybox-static kmod iproute2; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if ((${#need[@]})); then
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+fi
+kroot="$LAB_DIR/kernel-$kver"
+vmlinuz="$kroot/boot/vmlinuz-$kver"
+if [[ ! -f "$kroot/.unpacked" ]]; then
+    dl="$(mktemp -d)"
+    (cd "$dl" && apt-get download -qq "$pkg" 2>/dev/null)
+    rm -rf "$kroot"
+    mkdir -p "$kroot"
+    dpkg-deb -x "$dl"/linux-image-*.deb "$kroot"
+    depmod -b "$kroot" "$kver"
+    rm -rf "$dl"
+    touch "$kroot/.unpacked"
+fi
+# virtme-ng gives the guest the modules of /lib/modules/<version> of the host's root.
+mkdir -p /lib/modules
+[[ -e "/lib/modules/$kver" && ! -L "/lib/modules/$kver" ]] ||
+    ln -sfn "$kroot/lib/modules/$kver" "/lib/modules/$kver"
+venv="$LAB_DIR/venv"
+if [[ ! -x "$venv/bin/vng" ]] || ! "$venv/bin/pip" show virtme-ng 2>/dev/null | grep -qx "Version: $VIRTME_NG_VERSION"; then
+    python3 -m venv "$venv" 2>/dev/null || {
+        apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+        /usr/bin/python3 -m venv "$venv"
+    }
+    "$venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VIRTME_NG_VERSION"
+fi
+export PATH="$venv/bin:$PATH"
+t_install=$(date +%s)
+echo "kernel-lab: installs done in $((t_install - t0)) s (kernel $kver, qemu $(qemu_ver), virtme-ng $VIRTME_NG_VERSION)"
+
+# 2. Builds, on the host (the guest sees the host's filesystem read-only).
+mkdir -p target/kernel-lab
+out="$(mktemp -d "$PWD/target/kernel-lab/run.XXXXXX")"
+testbin="$(cargo test --features failpoints --test real_kernel --no-run --message-format=json 2>"$out/build.log" |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "real_kernel" and m.get("executable"):
+        print(m["executable"])')" || true
+if [[ -z "$testbin" || ! -x "$testbin" ]]; then
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building tests/real_kernel.rs failed" >&2
+    exit 1
+fi
+tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building the libcni driver failed" >&2
+    exit 1
+}
+kmod_dir=""
+t_build=$(date +%s)
+echo "kernel-lab: builds done in $((t_build - t_install)) s"
+
+# 3. Boot the guest and run the tests. vng's own exit status is not the script's (no
+# virtio-serial script channel under TCG here), so only the files the guest writes count.
+status=0
+timeout 1200 vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
+    --rwdir="$out" \
+    --qemu-opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1' \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir" \
+    </dev/null >"$out/console.log" 2>&1 || status=$?
+t_guest=$(date +%s)
+echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"
+
+fail=0 pass=0 ntests=0
+if [[ ! -f "$out/done" ]]; then
+    echo "kernel-lab: the guest did not finish (no $out/done); console tail:" >&2
+    tail -n 60 "$out/console.log" >&2 || true
+    [[ -f "$out/guest.log" ]] && tail -n 40 "$out/guest.log" >&2
+    fail=1
+fi
+echo
+printf '%-6s %7s  %s\n' RESULT SECONDS CHECK
+while IFS=$'\t' read -r res name secs; do
+    printf '%-6s %7s  %s\n' "$res" "$secs" "$name"
+    [[ "$res" == PASS ]] && pass=$((pass + 1)) || fail=$((fail + 1))
+    [[ "$name" == setup:* ]] || ntests=$((ntests + 1))
+done <"$out/results.tsv" 2>/dev/null || true
+echo
+for f in "$out"/tests/*.log; do
+    [[ -f "$f" ]] || continue
+    t="$(basename "$f" .log)"
+    if grep -q "^FAIL"$'\t'"$t"$'\t' "$out/results.tsv"; then
+        echo "---- $t (failed) ----"
+        tail -n 60 "$f"
+    fi
+done
+if ((ntests == 0)); then
+    echo "kernel-lab: no real-kernel test ran" >&2
+    fail=$((fail + 1))
+fi
+t_end=$(date +%s)
+echo "kernel-lab: total $((t_end - t0)) s (installs $((t_install - t0)) s, builds $((t_build - t_install)) s, guest $((t_guest - t_build)) s); logs in $out"
+echo "kernel-lab: $pass passed, $fail failed"
+((fail == 0))
