@@ -857,15 +857,13 @@ impl Soak {
                     pod_addrs.entry(ip.clone()).or_default().push(a.cid.clone());
                     let bare = ip.trim_end_matches("/24");
                     if allocs.get(bare) != Some(&a.cid) {
-                        if a.status == St::Pending {
-                            // A DEL killed after releasing IPAM, before the netdev left.
-                            released_in_pod += 1;
-                        } else {
-                            bad.push(format!(
-                                "{ip} configured in the pod of {} without its allocation",
-                                a.cid
-                            ));
-                        }
+                        // DEL releases IPAM last, after the netdev left the pod: even a
+                        // DEL killed half way never leaves a released address in a pod.
+                        released_in_pod += 1;
+                        bad.push(format!(
+                            "{ip} configured in the pod of {} ({:?}) without its allocation",
+                            a.cid, a.status
+                        ));
                     }
                 }
             }

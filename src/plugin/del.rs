@@ -1,9 +1,10 @@
 //! DEL (best effort, idempotent) and the undo shared with ADD's rollback.
 //!
-//! IPAM is released first, by container ID and ifname, whatever else is missing
-//! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). Then every journaled
-//! step is undone in reverse; errors are collected, not fatal, and the journal is removed
-//! only when all undo steps are done or moot, so a failed DEL can be retried.
+//! Every journaled step is undone in reverse; errors are collected, not fatal, and the
+//! journal is removed only when all undo steps are done or moot, so a failed DEL can be
+//! retried. Then IPAM is released by container ID and ifname whatever else failed or was
+//! missing (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS), after the netdev
+//! left the pod, so a DEL killed half way never leaves a released address in a live pod.
 
 use super::add::{find_netdev_after_rebind, rebind_driver};
 use super::vfattr::PfView;
@@ -37,7 +38,36 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
     let mut errs: Vec<CniError> = Vec::new();
 
-    // 1. IPAM first, even without netns or journal.
+    // 1. The VF, from the journal.
+    match ctx.store.load(&env.container_id, &env.ifname) {
+        Ok(Some(j)) => {
+            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref(), false) {
+                errs.push(e);
+            }
+        }
+        Ok(None) => {
+            log::info!(
+                "no journal for {}/{}: nothing recorded to restore",
+                env.container_id,
+                env.ifname
+            );
+            if let Err(e) = without_journal(ctx) {
+                errs.push(CniError::host(e));
+            }
+            // An ADD killed before its first journal write was renamed into place left
+            // only the temp file: remove it with the (absent) journal.
+            if let Err(e) = ctx.store.remove(&env.container_id, &env.ifname) {
+                log::warn!("removing journal temp files: {e}");
+            }
+        }
+        Err(e) => errs.push(CniError::new(
+            code::IO_FAILURE,
+            format!("reading journal: {e}"),
+        )),
+    }
+    // 2. IPAM, always: even without netns or journal, and even when step 1 failed (no
+    // leak; the runtime retries DEL for the rest). It comes after step 1 so that a DEL
+    // killed half way never leaves a released address configured in a live pod.
     match ctx.ipam() {
         Ok(Some(Ipam::Builtin(c))) => {
             match c.release(
@@ -66,33 +96,6 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
         errs.push(e);
     }
 
-    // 2. The rest, from the journal.
-    match ctx.store.load(&env.container_id, &env.ifname) {
-        Ok(Some(j)) => {
-            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref(), false) {
-                errs.push(e);
-            }
-        }
-        Ok(None) => {
-            log::info!(
-                "no journal for {}/{}: nothing recorded to restore",
-                env.container_id,
-                env.ifname
-            );
-            if let Err(e) = without_journal(ctx) {
-                errs.push(CniError::host(e));
-            }
-            // An ADD killed before its first journal write was renamed into place left
-            // only the temp file: remove it with the (absent) journal.
-            if let Err(e) = ctx.store.remove(&env.container_id, &env.ifname) {
-                log::warn!("removing journal temp files: {e}");
-            }
-        }
-        Err(e) => errs.push(CniError::new(
-            code::IO_FAILURE,
-            format!("reading journal: {e}"),
-        )),
-    }
     combine(
         errs,
         format!(
