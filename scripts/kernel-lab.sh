@@ -13,8 +13,10 @@
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
 # Debian bookworm-backports (qemu-system-x86 10 with `igb`; the 6.12 kernel image, only
-# downloaded and unpacked, never installed as the host's kernel), busybox-static, kmod,
-# virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
+# downloaded and unpacked, never installed as the host's kernel; likewise its headers and
+# kbuild, for the test-only module tests/kmod/vfguid.ko), busybox-static, kmod, gcc-12
+# and pahole when missing (the kernel's compiler, module BTF), virtme-ng from PyPI in a
+# venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
 # (default /var/lib/ib-sriov-lab; not /var/cache, which the guest hides under a tmpfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +43,15 @@ if [[ "${1:-}" == --guest ]]; then
     unset IB_SRIOV_SYSFS_ROOT
     mkdir -p /run/netns "$out/tests"
 
+    # The guest runs without udev (README): virtme-ng starts the host's systemd-udevd when
+    # the host has one, and udev's renames to predictable names and alternative names
+    # (e.g. a VF netdev returned from a deleted netns gets its original name as an altname,
+    # so renaming it back fails with EEXIST) would change what the tests see. Stop it
+    # before any VF exists.
+    if command -v udevadm >/dev/null && udevadm control --ping 2>/dev/null; then
+        udevadm settle --timeout=60 || true
+        udevadm control --exit || setup_fail "udevadm control --exit"
+    fi
     modprobe igb || setup_fail "modprobe igb"
     modprobe igbvf || setup_fail "modprobe igbvf"
     pf=""
@@ -70,9 +81,11 @@ if [[ "${1:-}" == --guest ]]; then
     modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
     rdma system set netns exclusive || setup_fail "rdma system set netns exclusive"
     row PASS "setup: rdma_rxe loaded, RDMA netns mode exclusive" 0
+    # The test-only module (tests/kmod): the real-kernel test that uses it loads it with
+    # the PF as parent and unloads it (its netdev sits under the PF's PCI directory).
     if [[ -n "$kmod_dir" ]]; then
-        insmod "$kmod_dir/vfguid.ko" && row PASS "setup: insmod tests/kmod/vfguid.ko" 0 ||
-            row FAIL "setup: insmod tests/kmod/vfguid.ko" 0
+        [[ -f "$kmod_dir/vfguid.ko" ]] || setup_fail "no $kmod_dir/vfguid.ko"
+        export LAB_KMOD="$kmod_dir/vfguid.ko"
     fi
 
     export LAB_PF="$pf" LAB_PF_NETDEV="$pf_netdev" LAB_VF_DRIVER="$vf_driver"
@@ -171,6 +184,37 @@ if [[ ! -f "$kroot/.unpacked" ]]; then
     rm -rf "$dl"
     touch "$kroot/.unpacked"
 fi
+# The kernel's headers, for the test-only module (tests/kmod): downloaded and unpacked
+# under $LAB_DIR, not installed (the headers package pulls in the kernel image, initramfs
+# tools and more). The amd64 tree's Makefile includes the -common tree by absolute path;
+# it is pointed at the unpacked copy, so nothing outside $LAB_DIR is needed.
+kbase="${kver%-amd64}"
+hroot="$LAB_DIR/headers-$kver"
+kbuild_dir="$hroot/usr/src/linux-headers-$kver"
+if [[ ! -f "$hroot/.unpacked" ]]; then
+    dl="$(mktemp -d)"
+    chmod 755 "$dl"
+    hpkgs=("linux-headers-$kver" "linux-headers-$kbase-common" "linux-kbuild-$kbase")
+    (cd "$dl" && apt-get download -qq "${hpkgs[@]}" 2>/dev/null) ||
+        (apt-get update -qq && cd "$dl" && apt-get download -qq "${hpkgs[@]}" 2>/dev/null) ||
+        { echo "kernel-lab: cannot download ${hpkgs[*]}" >&2; exit 1; }
+    rm -rf "$hroot"
+    mkdir -p "$hroot"
+    for f in "$dl"/*.deb; do dpkg-deb -x "$f" "$hroot"; done
+    sed -i "s|^include /usr/src/|include $hroot/usr/src/|" "$kbuild_dir/Makefile"
+    rm -rf "$dl"
+    touch "$hroot/.unpacked"
+fi
+# The kernel was built with gcc-12 (CONFIG_CC_VERSION_TEXT; the headers' Makefile calls
+# x86_64-linux-gnu-gcc-12), bookworm's gcc; module BTF needs pahole, ELF tools libelf.
+kcc="$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\([^ ]*\) .*/\1/p' "$kbuild_dir/.config")"
+kneed=()
+command -v "$kcc" >/dev/null || kneed+=(gcc-12)
+command -v make >/dev/null || kneed+=(make)
+command -v pahole >/dev/null || kneed+=(pahole)
+if ((${#kneed[@]})); then
+    apt-get install -y -qq --no-install-recommends "${kneed[@]}" libelf1 >/dev/null
+fi
 # virtme-ng gives the guest the modules of /lib/modules/<version> of the host's root.
 mkdir -p /lib/modules
 [[ -e "/lib/modules/$kver" && ! -L "/lib/modules/$kver" ]] ||
@@ -206,7 +250,16 @@ tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
     echo "kernel-lab: building the libcni driver failed" >&2
     exit 1
 }
-kmod_dir=""
+# The test-only module, built against the guest kernel's headers in the run directory
+# (which the guest sees).
+kmod_dir="$out/kmod"
+mkdir -p "$kmod_dir"
+cp tests/kmod/Kbuild tests/kmod/vfguid.c "$kmod_dir/"
+make -C "$kbuild_dir" M="$kmod_dir" modules >>"$out/build.log" 2>&1 || {
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building tests/kmod/vfguid.ko failed" >&2
+    exit 1
+}
 t_build=$(date +%s)
 echo "kernel-lab: builds done in $((t_build - t_install)) s"
 

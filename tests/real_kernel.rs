@@ -724,6 +724,208 @@ fn link_state_refused_by_igb_is_a_clean_error() {
     );
 }
 
+// ------------------------------------------------------------------ VF GUID / link state
+
+/// The test-only module `tests/kmod/vfguid.ko` (built by the lab against the guest
+/// kernel's headers, path in `LAB_KMOD`), loaded with the lab's PF as parent device so
+/// the kernel reports one VF entry per enabled VF; unloaded on drop.
+struct VfGuidModule {
+    ifname: &'static str,
+}
+
+impl VfGuidModule {
+    fn load() -> VfGuidModule {
+        let ko = var("LAB_KMOD");
+        // A previous failed run in the same guest may have left it loaded.
+        if Path::new("/sys/module/vfguid").exists() {
+            sh(&["rmmod", "vfguid"]);
+        }
+        let ifname = "vfguid0";
+        sh(&[
+            "insmod",
+            &ko,
+            &format!("pf={}", pf()),
+            &format!("ifname={ifname}"),
+        ]);
+        VfGuidModule { ifname }
+    }
+}
+
+impl Drop for VfGuidModule {
+    fn drop(&mut self) {
+        let ok = Command::new("rmmod")
+            .arg("vfguid")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok && !std::thread::panicking() {
+            panic!("rmmod vfguid failed");
+        }
+    }
+}
+
+/// The text `ip -d link show <dev>` prints for VF `vf`: from its `vf <n> ` line up to
+/// the next VF's line.
+fn ip_vf_text(out: &str, vf: u32) -> String {
+    let mut cur: Option<u32> = None;
+    let mut text = String::new();
+    for line in out.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("vf ") {
+            cur = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+        }
+        if cur == Some(vf) {
+            text.push_str(t);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+fn dmesg() -> String {
+    sh(&["dmesg"])
+}
+
+/// Real kernel code (do_setvfinfo / rtnl_fill_vfinfo in net/core/rtnetlink.c) accepts,
+/// hands to the driver and reads back the crate's VF GUID and link-state messages: on
+/// the `vfguid` test module's netdev (ARPHRD_INFINIBAND, parent the igb PF with two VFs),
+/// distinct node and port GUIDs and link states set on VF 0 and VF 1 through
+/// `Netlink::set_vf_guid` / `set_vf_link_state` come back exactly from
+/// `Netlink::vf_configs` (ndo_get_vf_guid / ndo_get_vf_config), the module logged
+/// exactly those values from its ndo_set_vf_* ops, and `ip -d link show` (iproute2, an
+/// independent parser) prints them. A VF index the driver refuses is an error that
+/// changes nothing. This is what would catch a wrong `struct ifla_vf_guid` layout (the
+/// old 12-byte one is rejected by the kernel's policy, and a misplaced GUID would read
+/// back wrong).
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn vf_guid_and_link_state_applied_by_real_kernel_module() {
+    use ib_sriov_cni::netlink::vf::{GuidKind, VfConfig};
+    use ib_sriov_cni::types::Guid;
+
+    assert_eq!(vfs().len(), 2, "the lab creates two VFs");
+    let dmesg_before = dmesg().lines().count();
+    let module = VfGuidModule::load();
+    let nl = Netlink::open().unwrap();
+    let dev = nl
+        .link_by_name(module.ifname)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no netdev {} after insmod", module.ifname));
+
+    let vf_cfg = |vf: u32, node: u64, port: u64, state: LinkState| VfConfig {
+        vf,
+        link_state: Some(state),
+        node_guid: Some(Guid(node)),
+        port_guid: Some(Guid(port)),
+    };
+    // Freshly loaded: one entry per enabled VF of the PF, GUIDs zero, link state auto.
+    assert_eq!(
+        nl.vf_configs(dev.index).unwrap(),
+        vec![
+            vf_cfg(0, 0, 0, LinkState::Auto),
+            vf_cfg(1, 0, 0, LinkState::Auto)
+        ]
+    );
+
+    // Every byte distinct across the four GUIDs, so a shifted, truncated or swapped
+    // field shows.
+    let want = [
+        (
+            0u32,
+            0x1122_3344_5566_7788u64,
+            0x99aa_bbcc_ddee_ff01u64,
+            LinkState::Enable,
+        ),
+        (
+            1u32,
+            0x0203_0405_0607_0809u64,
+            0xf1e2_d3c4_b5a6_9780u64,
+            LinkState::Disable,
+        ),
+    ];
+    for &(vf, node, port, state) in &want {
+        nl.set_vf_guid(&dev, VfIndex(vf), GuidKind::Node, Guid(node))
+            .unwrap_or_else(|e| panic!("{e}"));
+        nl.set_vf_guid(&dev, VfIndex(vf), GuidKind::Port, Guid(port))
+            .unwrap_or_else(|e| panic!("{e}"));
+        nl.set_vf_link_state(&dev, VfIndex(vf), state)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let expected: Vec<VfConfig> = want
+        .iter()
+        .map(|&(vf, node, port, state)| vf_cfg(vf, node, port, state))
+        .collect();
+    let got = nl.vf_configs(dev.index).unwrap();
+    println!("vf_configs after set: {got:?}");
+    assert_eq!(got, expected);
+
+    // What the module's ndo_set_vf_guid / ndo_set_vf_link_state received (its log).
+    let log: Vec<String> = dmesg()
+        .lines()
+        .skip(dmesg_before)
+        .map(str::to_string)
+        .collect();
+    let log = log.join("\n");
+    println!("module log:\n{log}");
+    for &(vf, node, port, state) in &want {
+        for line in [
+            format!("{}: vf {vf} node guid {node:016x}", module.ifname),
+            format!("{}: vf {vf} port guid {port:016x}", module.ifname),
+            format!(
+                "{}: vf {vf} link state {}",
+                module.ifname,
+                state.to_netlink()
+            ),
+        ] {
+            assert!(log.contains(&line), "module log lacks {line:?}:\n{log}");
+        }
+    }
+
+    // iproute2's reading of the same IFLA_VFINFO_LIST.
+    let ip = sh(&["ip", "-d", "link", "show", module.ifname]);
+    println!("ip -d link show {}:\n{ip}", module.ifname);
+    for &(vf, node, port, state) in &want {
+        let t = ip_vf_text(&ip, vf);
+        for needle in [
+            format!("NODE_GUID {}", Guid(node)),
+            format!("PORT_GUID {}", Guid(port)),
+            format!("link-state {}", state.as_str()),
+        ] {
+            assert!(t.contains(&needle), "ip: VF {vf} lacks {needle:?}:\n{ip}");
+        }
+    }
+
+    // Back to auto on VF 0 only; VF 1 and all GUIDs unchanged.
+    nl.set_vf_link_state(&dev, VfIndex(0), LinkState::Auto)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut expected = expected;
+    expected[0].link_state = Some(LinkState::Auto);
+    assert_eq!(nl.vf_configs(dev.index).unwrap(), expected);
+
+    // A VF the PF does not have: the driver's EINVAL comes back as an error, and nothing
+    // changed.
+    let err = nl
+        .set_vf_guid(
+            &dev,
+            VfIndex(2),
+            GuidKind::Node,
+            Guid(0x0102_0304_0506_0708),
+        )
+        .unwrap_err();
+    assert_eq!(err.errno, Some(22), "{err}");
+    let err = nl
+        .set_vf_link_state(&dev, VfIndex(2), LinkState::Enable)
+        .unwrap_err();
+    assert_eq!(err.errno, Some(22), "{err}");
+    assert_eq!(nl.vf_configs(dev.index).unwrap(), expected);
+
+    drop(module);
+    assert!(
+        nl.link_by_name("vfguid0").unwrap().is_none(),
+        "netdev gone after rmmod"
+    );
+}
+
 // ------------------------------------------------------------------ RDMA netlink
 
 /// An rxe RDMA device on a VF netdev (`rdma link add`), deleted on drop.
