@@ -1,10 +1,11 @@
 //! DEL (best effort, idempotent) and the undo shared with ADD's rollback.
 //!
-//! Every journaled step is undone in reverse; errors are collected, not fatal, and the
-//! journal is removed only when all undo steps are done or moot, so a failed DEL can be
-//! retried. Then IPAM is released by container ID and ifname whatever else failed or was
-//! missing (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS), after the netdev
-//! left the pod, so a DEL killed half way never leaves a released address in a live pod.
+//! Every journaled VF step is undone in reverse, then the IPAM allocation is released,
+//! then the journal is removed (only when all undo steps are done or moot, so a failed
+//! DEL can be retried). IPAM is released by container ID and ifname whatever else failed
+//! or was missing (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). The order
+//! means a DEL killed half way never leaves a released address configured in a live pod,
+//! nor an allocation without its journal.
 
 use super::add::{find_netdev_after_rebind, rebind_driver};
 use super::vfattr::PfView;
@@ -38,13 +39,13 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
     let mut errs: Vec<CniError> = Vec::new();
 
-    // 1. The VF, from the journal.
+    // 1. The VF, from the journal, then its journaled IPAM step, then the journal.
+    let mut ipam_done = false;
     match ctx.store.load(&env.container_id, &env.ifname) {
-        Ok(Some(j)) => {
-            if let Err(e) = teardown_with(ctx, &j, env.netns.as_deref(), false) {
-                errs.push(e);
-            }
-        }
+        Ok(Some(j)) => match teardown_with(ctx, &j, env.netns.as_deref(), true) {
+            Ok(()) => ipam_done = j.has(Step::Ipam),
+            Err(e) => errs.push(e),
+        },
         Ok(None) => {
             log::info!(
                 "no journal for {}/{}: nothing recorded to restore",
@@ -65,10 +66,11 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             format!("reading journal: {e}"),
         )),
     }
-    // 2. IPAM, always: even without netns or journal, and even when step 1 failed (no
-    // leak; the runtime retries DEL for the rest). It comes after step 1 so that a DEL
-    // killed half way never leaves a released address configured in a live pod.
-    match ctx.ipam() {
+    // 2. IPAM, always, unless step 1 released it: even without netns or journal, and
+    // even when step 1 failed (no leak; the runtime retries DEL for the rest). After the
+    // VF steps, so a DEL killed half way never leaves a released address in a live pod.
+    let ipam = if ipam_done { Ok(None) } else { ctx.ipam() };
+    match ipam {
         Ok(Some(Ipam::Builtin(c))) => {
             match c.release(
                 &ctx.conf.name,
@@ -92,8 +94,10 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
         Ok(None) => {}
         Err(e) => errs.push(e),
     }
-    if let Err(e) = hit("del.ipam") {
-        errs.push(e);
+    if !ipam_done {
+        if let Err(e) = hit("del.ipam") {
+            errs.push(e);
+        }
     }
 
     combine(
@@ -140,8 +144,8 @@ pub(super) fn teardown(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
 }
 
 /// Undoes `j` with the pod netns at `netns` (`None`: gone) and removes the journal.
-/// `release_ipam`: also release the journaled IPAM step (DEL and GC release IPAM
-/// themselves, first and independently of the journal).
+/// `release_ipam`: also release the journaled IPAM step, after the VF steps and before
+/// the journal goes (GC releases IPAM itself, for every unlisted attachment at once).
 pub(super) fn teardown_with(
     ctx: &Ctx,
     j: &Journal,
@@ -182,6 +186,34 @@ pub(super) fn teardown_with(
 /// Undoes every begun step of `j` in reverse order; returns the errors (empty = done).
 /// The IPAM step is undone only when `release_ipam`.
 pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState, release_ipam: bool) -> Vec<String> {
+    let mut errs = undo_vf(ctx, j, ns);
+    // IPAM last, whatever happened to the VF: the address is released only once the
+    // netdev has left the pod (or could not), and before the journal goes, so no
+    // allocation ever outlives both its journal and its attachment.
+    if release_ipam && j.has(Step::Ipam) {
+        let r = match ctx.ipam() {
+            Ok(Some(Ipam::Builtin(c))) => c
+                .release(
+                    &j.network,
+                    &j.container_id,
+                    &j.ifname,
+                    ctx.conf.lock_timeout,
+                )
+                .map(|_| ())
+                .map_err(ipam_error),
+            Ok(Some(Ipam::External(d))) => ctx.delegate(&d, Command::Del).map(|_| ()),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r.and_then(|_| hit("del.ipam")) {
+            errs.push(e.msg);
+        }
+    }
+    errs
+}
+
+/// The VF part of [`undo`]: device-info file, netdev, RDMA device, GUID, link state.
+fn undo_vf(ctx: &Ctx, j: &Journal, ns: &NsState) -> Vec<String> {
     let mut errs = Vec::new();
     let mut check = |r: Result<(), CniError>| {
         if let Err(e) = r {
@@ -197,22 +229,6 @@ pub(super) fn undo(ctx: &Ctx, j: &Journal, ns: &NsState, release_ipam: bool) -> 
                     .map_err(|e| CniError::host(format!("removing {}: {e}", p.display()))),
             );
         }
-    }
-    if release_ipam && j.has(Step::Ipam) {
-        check(match ctx.ipam() {
-            Ok(Some(Ipam::Builtin(c))) => c
-                .release(
-                    &j.network,
-                    &j.container_id,
-                    &j.ifname,
-                    ctx.conf.lock_timeout,
-                )
-                .map(|_| ())
-                .map_err(ipam_error),
-            Ok(Some(Ipam::External(d))) => ctx.delegate(&d, Command::Del).map(|_| ()),
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        });
     }
 
     // The VF itself: leave it alone if a newer attachment holds it (sriov-cni#313).
