@@ -12,11 +12,12 @@
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
-# Debian bookworm-backports (qemu-system-x86 10 with `igb`; the 6.12 kernel image, only
-# downloaded and unpacked, never installed as the host's kernel; likewise its headers and
-# kbuild, for the test-only module tests/kmod/vfguid.ko), busybox-static, kmod, gcc-12
-# and pahole when missing (the kernel's compiler, module BTF), virtme-ng from PyPI in a
-# venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
+# `scripts/deps.sh lab` (qemu-system-x86 10 with `igb` from Debian bookworm-backports,
+# installed with `-t bookworm-backports` so its firmware and data packages come from there
+# too; busybox-static, kmod, gcc-12, make, pahole, libelf1: the kernel's compiler and module
+# BTF; python3-venv), the backports 6.12 kernel image (only downloaded and unpacked, never
+# installed as the host's kernel; likewise its headers and kbuild, for the test-only module
+# tests/kmod/vfguid.ko), virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
 # (default /var/lib/ib-sriov-lab; not /var/cache, which the guest hides under a tmpfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -145,8 +146,10 @@ fi
 t0=$(date +%s)
 export DEBIAN_FRONTEND=noninteractive
 
-# 1. Installs.
-bpo=/etc/apt/sources.list.d/ib-sriov-lab-bookworm-backports.list
+# 1. Installs (scripts/deps.sh lab: QEMU and its firmware from bookworm-backports, the
+# module toolchain, python3-venv).
+scripts/deps.sh lab
+bpo=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
 if ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     echo "deb http://deb.debian.org/debian bookworm-backports main" >"$bpo"
     apt-get update -qq
@@ -163,15 +166,6 @@ fi
 [[ -n "$pkg" ]] || { echo "kernel-lab: no linux-image-amd64 in bookworm-backports" >&2; exit 1; }
 kver="${pkg#linux-image-}"
 qemu_ver() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true; }
-need=()
-[[ "$(qemu_ver)" == *bpo* ]] || need+=(qemu-system-x86/bookworm-backports)
-for p in busybox-static kmod iproute2; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if ((${#need[@]})); then
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
-fi
 kroot="$LAB_DIR/kernel-$kver"
 vmlinuz="$kroot/boot/vmlinuz-$kver"
 if [[ ! -f "$kroot/.unpacked" ]]; then
@@ -208,23 +202,15 @@ fi
 # The kernel was built with gcc-12 (CONFIG_CC_VERSION_TEXT; the headers' Makefile calls
 # x86_64-linux-gnu-gcc-12), bookworm's gcc; module BTF needs pahole, ELF tools libelf.
 kcc="$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\([^ ]*\) .*/\1/p' "$kbuild_dir/.config")"
-kneed=()
-command -v "$kcc" >/dev/null || kneed+=(gcc-12)
-command -v make >/dev/null || kneed+=(make)
-command -v pahole >/dev/null || kneed+=(pahole)
-if ((${#kneed[@]})); then
-    apt-get install -y -qq --no-install-recommends "${kneed[@]}" libelf1 >/dev/null
-fi
+command -v "$kcc" >/dev/null || { echo "kernel-lab: the kernel's compiler $kcc is missing (scripts/deps.sh lab installs gcc-12)" >&2; exit 1; }
 # virtme-ng gives the guest the modules of /lib/modules/<version> of the host's root.
 mkdir -p /lib/modules
 [[ -e "/lib/modules/$kver" && ! -L "/lib/modules/$kver" ]] ||
     ln -sfn "$kroot/lib/modules/$kver" "/lib/modules/$kver"
 venv="$LAB_DIR/venv"
 if [[ ! -x "$venv/bin/vng" ]] || ! "$venv/bin/pip" show virtme-ng 2>/dev/null | grep -qx "Version: $VIRTME_NG_VERSION"; then
-    python3 -m venv "$venv" 2>/dev/null || {
-        apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-        /usr/bin/python3 -m venv "$venv"
-    }
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VIRTME_NG_VERSION"
 fi
 export PATH="$venv/bin:$PATH"
