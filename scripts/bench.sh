@@ -28,9 +28,9 @@
 # ours' CPU at most 0.3x hostdevice's. --check makes a missed target (or a
 # failed row) exit 1; otherwise the exit code only reports failed rows.
 #
-# Needs root. Installs missing Debian packages (iproute2, jq,
-# containernetworking-plugins, python3-minimal) with apt-get. Row "ours"
-# builds with `cargo build --release --bins --examples` first (skipped with
+# Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
+# iproute2, jq, containernetworking-plugins, python3). Row "ours" builds the
+# static release plugin (scripts/build.sh) and the emuhost example first (skipped with
 # BENCH_SKIP_BUILD=1; IB_SRIOV_BIN and EMUHOST_BIN override the two paths).
 set -euo pipefail
 export LC_ALL=C
@@ -148,19 +148,7 @@ fi
 
 # Debian packages, installed when missing (python3 is Debian's, not a
 # pyenv/venv one, so that nothing but the standard library is relied on).
-need=()
-command -v ip >/dev/null || need+=(iproute2)
-command -v jq >/dev/null || need+=(jq)
-[[ -x /usr/bin/python3 ]] || need+=(python3-minimal)
-if want hostdevice && [[ ! -x /usr/lib/cni/host-device || ! -x /usr/lib/cni/host-local ]]; then
-    need+=(containernetworking-plugins)
-fi
-if ((${#need[@]})); then
-    echo "bench: installing ${need[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${need[@]}" >&2 ||
-        { apt-get update >&2 && apt-get install -y --no-install-recommends "${need[@]}" >&2; }
-fi
+"$repo/scripts/deps.sh" bench demo
 
 python=/usr/bin/python3
 
@@ -177,7 +165,8 @@ dev="${prefix}vf"
 peer="${prefix}pe"
 emu_root="$tmp/emu"
 emu_bin="${EMUHOST_BIN:-$repo/target/release/examples/emuhost}"
-ours_bin="${IB_SRIOV_BIN:-$repo/target/release/ib-sriov}"
+triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
+ours_bin="${IB_SRIOV_BIN:-$repo/target/$triple/release/ib-sriov}"
 emu_made=0
 made_ns=()
 add_ns() { ip netns add "$1" && made_ns+=("$1"); }
@@ -204,8 +193,8 @@ if want ours; then
     if [[ "${BENCH_SKIP_BUILD:-0}" == 1 ]]; then
         build() { true; }
     else
-        echo "bench: building ib-sriov and the emuhost example (cargo build --release --bins --examples)" >&2
-        build() { (cd "$repo" && cargo build --release --bins --examples >&2); }
+        echo "bench: building the static release ib-sriov (scripts/build.sh) and the emuhost example" >&2
+        build() { (cd "$repo" && scripts/build.sh >/dev/null && cargo build --release --example emuhost >&2); }
     fi
     if build &&
         emu_made=1 && "$emu_bin" create --prefix "${prefix}e" --vfs 1 --root "$emu_root" >"$tmp/emu.json"; then

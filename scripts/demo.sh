@@ -3,11 +3,11 @@
 #
 #   sudo scripts/demo.sh
 #
-# Builds the plugin and the emulated host (cargo build --release --bins
-# --examples), creates an emulated SR-IOV InfiniBand host (a sysfs tree under a
+# Builds the static release plugin (scripts/build.sh) and the emulated host
+# (cargo build --release --example emuhost), creates an emulated SR-IOV InfiniBand host (a sysfs tree under a
 # temp dir plus veths standing in for the PF and VF netdevs, in a private
 # network namespace "ibdemo-host"; see tests/common/emuhost.rs) and a pod
-# network namespace, then runs target/release/ib-sriov inside the host netns,
+# network namespace, then runs target/<triple>/release/ib-sriov inside the host netns,
 # as a container runtime would, with cniVersion 1.0.0 and the built-in IPAM:
 #
 #   ADD    the VF netdev moves into the pod as net1 with an address and a
@@ -20,14 +20,16 @@
 # sysfs tree, temp dir) is removed on exit, also on failure or Ctrl-C.
 #
 # Needs root (network namespaces, veths). Installs missing Debian packages
-# (jq, iproute2) with apt-get. Environment: DEMO_SKIP_BUILD=1 skips the
+# (jq, iproute2: scripts/deps.sh demo). Environment: DEMO_SKIP_BUILD=1 skips the
 # build; DEMO_PREFIX sets the netns prefix (default ibdemo).
 set -euo pipefail
 export LC_ALL=C
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="${DEMO_PREFIX:-ibdemo}"
-bin="$repo/target/release/ib-sriov"
+triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
+bindir="$repo/target/$triple/release"
+bin="$bindir/ib-sriov"
 emu_bin="$repo/target/release/examples/emuhost"
 
 if [[ -t 1 ]]; then
@@ -41,19 +43,11 @@ die() { printf '%sdemo: %s%s\n' "$red" "$*" "$off" >&2; exit 1; }
 
 [[ "$(id -u)" == 0 ]] || die "needs root (network namespaces, veths): sudo $0"
 
-need=()
-command -v jq >/dev/null || need+=(jq)
-command -v ip >/dev/null || need+=(iproute2)
-if ((${#need[@]})); then
-    echo "demo: installing ${need[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${need[@]}" >&2 ||
-        { apt-get update >&2 && apt-get install -y --no-install-recommends "${need[@]}" >&2; }
-fi
+"$repo/scripts/deps.sh" demo
 
 if [[ "${DEMO_SKIP_BUILD:-0}" != 1 ]]; then
-    say "Building (cargo build --release --bins --examples)"
-    (cd "$repo" && cargo build --release --bins --examples)
+    say "Building (scripts/build.sh: the static release plugin; cargo build --release --example emuhost)"
+    (cd "$repo" && scripts/build.sh >/dev/null && cargo build --release --example emuhost)
 fi
 [[ -x "$bin" && -x "$emu_bin" ]] || die "missing $bin or $emu_bin (build first)"
 
@@ -151,9 +145,9 @@ jq . "$tmp/conf.json"
 cni() { # cni <COMMAND> <stdin-file> <title>: the plugin inside the host netns, its stdout in $tmp/out
     local cmd="$1" conf="$2" rc=0
     local env=(PATH="$PATH" CNI_COMMAND="$cmd" CNI_CONTAINERID=demo-ctr CNI_NETNS="$podns"
-        CNI_IFNAME=net1 CNI_PATH="$repo/target/release" IB_SRIOV_SYSFS_ROOT="$root")
+        CNI_IFNAME=net1 CNI_PATH="$bindir" IB_SRIOV_SYSFS_ROOT="$root")
     say "$3"
-    show "ip netns exec $host env -i PATH=\$PATH ${env[*]:1} target/release/ib-sriov < ${conf#"$tmp"/}"
+    show "ip netns exec $host env -i PATH=\$PATH ${env[*]:1} ${bin#"$repo"/} < ${conf#"$tmp"/}"
     ip netns exec "$host" env -i "${env[@]}" "$bin" <"$conf" >"$tmp/out" 2>"$tmp/err" || rc=$?
     if [[ -s "$tmp/out" ]]; then jq . "$tmp/out" 2>/dev/null || cat "$tmp/out"; else echo "(no output)"; fi
     if ((rc != 0)); then

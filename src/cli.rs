@@ -68,8 +68,69 @@ pub fn hold_termination_signals() {
     }
 }
 
-/// Runs the plugin; returns the process exit code (0 success, 1 error).
+/// One line naming the build, in the Go plugin's format
+/// (`ib-sriov cni version:<v>, commit:<c>, date:<d>`, `printVersionString` in
+/// k8snetworkplumbingwg/ib-sriov-cni `cmd/ib-sriov-cni/main.go`, commit 543060da), so
+/// scripts that parse it keep working. The values come from `build.rs`: Cargo's package
+/// version, the git commit, the build date (UTC, RFC 3339) or `SOURCE_DATE_EPOCH`.
+pub fn version_string() -> String {
+    format!(
+        "ib-sriov cni version:{}, commit:{}, date:{}",
+        env!("CARGO_PKG_VERSION"),
+        env!("IB_SRIOV_COMMIT"),
+        env!("IB_SRIOV_BUILD_DATE")
+    )
+}
+
+const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
+ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
+CNI_* variables set and the network configuration on stdin (CNI SPEC.md).";
+
+/// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
+/// skel do: `-v`/`--version` (Go's flag package also takes `-version`, `--v`): the
+/// version line on stdout, exit 0; `-h`/`--help`: usage on stdout, exit 0; any other
+/// argument: usage on stderr, exit 2; no argument and no `CNI_COMMAND`: the version line
+/// and the supported CNI versions on stderr, exit 0 (skel's `PluginMainFuncs` with an
+/// `about` text), without reading stdin. `None`: a CNI call, run the protocol.
+fn manual_run() -> Option<i32> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(a) = args.first() {
+        return Some(match a.to_str() {
+            Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {
+                println!("{}", version_string());
+                0
+            }
+            Some("-h" | "--h" | "-help" | "--help") if args.len() == 1 => {
+                println!("{USAGE}");
+                0
+            }
+            _ => {
+                eprintln!("ib-sriov: unexpected arguments {args:?}\n{USAGE}");
+                2
+            }
+        });
+    }
+    if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) {
+        eprintln!("{}", version_string());
+        eprintln!(
+            "CNI protocol versions supported: {}",
+            crate::cni::Version::ALL
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Some(0);
+    }
+    None
+}
+
+/// Runs the plugin; returns the process exit code (0 success, 1 error; see
+/// [`manual_run`] for a run by hand).
 pub fn main() -> i32 {
+    if let Some(rc) = manual_run() {
+        return rc;
+    }
     let mut stdin = Vec::new();
     let read = std::io::stdin().read_to_end(&mut stdin);
     let version = sniff_version(&stdin)

@@ -52,7 +52,7 @@ fn full_conf(lab: &Lab, vf: u32) -> (Value, PathBuf) {
 
 fn raw(lab: &Lab, cmd: &str, cid: &str, netns: &str, conf: &Value, fp: &str) -> Output {
     lab.host.run_plugin(
-        Path::new(common::lab::BIN),
+        common::lab::bin(),
         cmd,
         cid,
         netns,
@@ -189,7 +189,7 @@ fn sigterm_and_sigint_during_del_do_not_interrupt_it() {
     let pod = lab.host.new_pod();
     lab.add("s1", &pod, &conf).expect_ok();
     let child = lab.host.spawn_plugin(
-        Path::new(common::lab::BIN),
+        common::lab::bin(),
         "DEL",
         "s1",
         pod.netns(),

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 const DEBIAN_CNI: &str = "/usr/lib/cni";
 
 fn cni_path() -> String {
-    let ours = Path::new(common::lab::BIN).parent().unwrap();
+    let ours = common::lab::bin().parent().unwrap();
     assert!(
         Path::new(DEBIAN_CNI).join("host-local").exists()
             && Path::new(DEBIAN_CNI).join("static").exists(),
@@ -171,7 +171,7 @@ fn add_failing_after_ipam_releases_the_delegates_allocation() {
     }
     // Killed right after host-local allocated: the next DEL releases it.
     let out = lab.host.run_plugin(
-        Path::new(common::lab::BIN),
+        common::lab::bin(),
         "ADD",
         "f2",
         pod.netns(),

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
 const NET: &str = "ibnet";
 const IFNAME: &str = "net1";
 
@@ -142,7 +141,7 @@ impl Lab {
     fn drive(&self, flags: &[&str], cmd: &str, conf: &Path, netns: &str, cid: &str) -> Drive {
         let driver = driver().to_str().expect("UTF-8 path");
         let conf = conf.to_str().expect("UTF-8 path");
-        let cni_path = Path::new(BIN).parent().unwrap().to_str().unwrap();
+        let cni_path = common::lab::bin().parent().unwrap().to_str().unwrap();
         let root = self.host.root().to_str().unwrap();
         let cache = self.cache_dir();
         let cache = cache.to_str().unwrap();

@@ -9,9 +9,8 @@
 mod common;
 
 use common::emuhost::{EmuOptions, Pod};
-use common::lab::{list, pod_addrs, Lab, Run, BIN};
+use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
-use std::path::Path;
 
 const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -610,15 +609,9 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
         assert!(lab.allocations().is_empty(), "{what}: IP allocated");
     }
     // Undecodable stdin: code 6.
-    let out = lab.host.run_plugin(
-        Path::new(BIN),
-        "ADD",
-        "bad",
-        pod.netns(),
-        "net1",
-        "{nope",
-        &[],
-    );
+    let out = lab
+        .host
+        .run_plugin(bin(), "ADD", "bad", pod.netns(), "net1", "{nope", &[]);
     Run::from(out).expect_code(6);
     assert_eq!(lab.host.snapshot(), before);
 }

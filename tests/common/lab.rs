@@ -6,8 +6,28 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// The plugin binary cargo built for the integration tests.
-pub const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
+/// The plugin binary under test: the file named by `IB_SRIOV_BIN` when that is set (CI
+/// runs the end-to-end tests that need no fail points once against the binary taken out
+/// of the image, scripts/image-test.sh), else the one cargo built for the tests.
+pub fn bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("IB_SRIOV_BIN") {
+        Some(p) if !p.is_empty() => {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_absolute(),
+                "IB_SRIOV_BIN must be an absolute path: {p:?}"
+            );
+            assert_eq!(
+                p.file_name().and_then(|n| n.to_str()),
+                Some("ib-sriov"),
+                "IB_SRIOV_BIN must name a file called ib-sriov (CNI finds a plugin by its type)"
+            );
+            p
+        }
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_ib-sriov")),
+    })
+}
 
 /// One emulated host plus the plugin's state and IPAM directories under its root.
 pub struct Lab {
@@ -59,15 +79,9 @@ impl Lab {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> Run {
-        let out = self.host.run_plugin(
-            Path::new(BIN),
-            cmd,
-            cid,
-            netns,
-            "net1",
-            &conf.to_string(),
-            extra,
-        );
+        let out = self
+            .host
+            .run_plugin(bin(), cmd, cid, netns, "net1", &conf.to_string(), extra);
         Run::from(out)
     }
 

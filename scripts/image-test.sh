@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The image test (.ci/run): builds the image (scripts/image.sh) and runs it for real, as
+# the DaemonSet's container and the SR-IOV network operator's init container run it:
+#
+#   1. `podman run ... --no-sleep` with a temp directory mounted as /host/opt/cni/bin,
+#      with every capability dropped, a read-only root filesystem and no-new-privileges
+#      (what conf/ib-sriov-daemonset.yaml claims is enough): exit 0; the copy is
+#      byte-identical to the image's /usr/bin/ib-sriov, mode 0755, and answers
+#      CNI_COMMAND=VERSION; nothing else is left in the directory.
+#   2. The same without --no-sleep (the DaemonSet's way): the copy appears, the container
+#      keeps running, `podman stop` (SIGTERM) ends it with exit status 0 at once.
+#   3. The image's binaries are static (tests/static_binary.rs, run against the files
+#      taken out of the image) and `ib-sriov --version` names the build.
+#   4. The end-to-end tests that need no fail points, run once against the plugin taken
+#      out of the image (IB_SRIOV_BIN): libcni ADD/CHECK/DEL/DEL for each version and
+#      config format, the InfiniBand GUID capability, and ADD/CHECK/DEL/DEL per version.
+#
+# podman runs with runc (`--runtime runc`): crun, podman's default, fails on these
+# machines' cgroup hybrid mode; the ulimits avoid podman's defaults, which these
+# machines refuse. Needs root. Exit status non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh image test
+
+tmp="$(mktemp -d /tmp/ib-sriov-image-test.XXXXXX)"
+ctr="ib-sriov-image-test-$$"
+cleanup() {
+    podman rm -f "$ctr" >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "image-test: FAIL: $*" >&2; exit 1; }
+pass() { echo "image-test: ok: $*"; }
+
+image="$(scripts/image.sh --oci-archive "$tmp/ib-sriov.oci.tar")"
+pass "built $image ($(du -h "$tmp/ib-sriov.oci.tar" | cut -f1) as an OCI archive)"
+buildah inspect --format '{{range $k, $v := .OCIv1.Config.Labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' "$image" >"$tmp/labels"
+for l in version revision created source licenses; do
+    grep -q "^org.opencontainers.image.$l=." "$tmp/labels" || fail "label org.opencontainers.image.$l missing"
+done
+entry="$(buildah inspect --format '{{.OCIv1.Config.Entrypoint}}' "$image")"
+[[ "$entry" == "[/usr/bin/thin_entrypoint]" ]] || fail "entrypoint is $entry"
+pass "labels $(paste -sd' ' "$tmp/labels"); entrypoint $entry"
+
+# The image's own files, for comparison and for the tests.
+mkdir -p "$tmp/image-bin"
+podman create --runtime runc --name "$ctr" "$image" >/dev/null
+podman cp "$ctr:/usr/bin/ib-sriov" "$tmp/image-bin/ib-sriov"
+podman cp "$ctr:/usr/bin/thin_entrypoint" "$tmp/image-bin/thin_entrypoint"
+podman rm "$ctr" >/dev/null
+run=(podman run --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
+    --network none --cap-drop ALL --read-only --security-opt no-new-privileges)
+
+# 1. As the operator's init container: --no-sleep.
+mkdir "$tmp/cnibin1"
+"${run[@]}" --rm -v "$tmp/cnibin1:/host/opt/cni/bin" "$image" --no-sleep >"$tmp/run1.log" 2>&1 ||
+    { cat "$tmp/run1.log" >&2; fail "podman run --no-sleep"; }
+copy="$tmp/cnibin1/ib-sriov"
+cmp "$copy" "$tmp/image-bin/ib-sriov" || fail "the copy differs from the image's /usr/bin/ib-sriov"
+[[ "$(stat -c %a "$copy")" == 755 ]] || fail "mode of the copy is $(stat -c %a "$copy")"
+[[ "$(ls -A "$tmp/cnibin1")" == ib-sriov ]] || fail "left in the directory: $(ls -A "$tmp/cnibin1")"
+CNI_COMMAND=VERSION "$copy" </dev/null >"$tmp/version.json" || fail "the copy does not answer VERSION"
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); assert "1.1.0" in v["supportedVersions"], v' "$tmp/version.json" ||
+    fail "VERSION answer: $(cat "$tmp/version.json")"
+pass "--no-sleep: copy byte-identical, mode 755, answers VERSION $(cat "$tmp/version.json")"
+
+# 2. As the DaemonSet's container: sleeps until SIGTERM, then exits 0.
+mkdir "$tmp/cnibin2"
+"${run[@]}" -d --name "$ctr" -v "$tmp/cnibin2:/host/opt/cni/bin" "$image" >/dev/null
+for _ in $(seq 100); do [[ -e "$tmp/cnibin2/ib-sriov" ]] && break; sleep 0.1; done
+cmp "$tmp/cnibin2/ib-sriov" "$tmp/image-bin/ib-sriov" || fail "daemon mode: no identical copy"
+sleep 1
+[[ "$(podman inspect -f '{{.State.Running}}' "$ctr")" == true ]] || fail "daemon mode: the container exited"
+t0=$(date +%s.%N)
+podman stop -t 10 "$ctr" >/dev/null
+secs=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+status="$(podman inspect -f '{{.State.ExitCode}}' "$ctr")"
+podman logs "$ctr" >"$tmp/run2.log" 2>&1 || true
+podman rm "$ctr" >/dev/null
+[[ "$status" == 0 ]] || { cat "$tmp/run2.log" >&2; fail "daemon mode: exit status $status after SIGTERM"; }
+awk -v s="$secs" 'BEGIN { exit !(s < 5) }' || fail "daemon mode: SIGTERM took ${secs}s (the 10 s kill, not the signal)"
+pass "daemon mode: copy made, running until SIGTERM, exit 0 in ${secs}s"
+
+# 3. Static, and names its build.
+"$tmp/image-bin/ib-sriov" --version | grep -q '^ib-sriov cni version:[^,]*, commit:[0-9a-f]' ||
+    fail "ib-sriov --version: $("$tmp/image-bin/ib-sriov" --version 2>&1)"
+pass "$("$tmp/image-bin/ib-sriov" --version)"
+
+# 4. The tests that need no fail points, against the image's plugin and entrypoint. The
+# test binaries are the ones scripts/test.sh built (same flags, so no rebuild).
+triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
+export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static"
+export IB_SRIOV_BIN="$tmp/image-bin/ib-sriov" THIN_ENTRYPOINT_BIN="$tmp/image-bin/thin_entrypoint"
+ct=(cargo test --target "$triple" --features failpoints)
+"${ct[@]}" --test static_binary
+"${ct[@]}" --test libcni_e2e
+"${ct[@]}" --test plugin_emulated -- --exact add_check_del_del_for_every_version
+pass "static-binary, libcni and per-version end-to-end tests against the image's binaries"

@@ -1,0 +1,720 @@
+//! `thin_entrypoint`: the container entrypoint that installs the `ib-sriov` plugin into
+//! the host's CNI bin directory, then sleeps. It is a drop-in for upstream's thin
+//! entrypoint, so the upstream DaemonSet (`deployment/ib-sriov-cni-daemonset.yaml`, which
+//! mounts the host's `/opt/cni/bin` at `/host/opt/cni/bin`) and the SR-IOV network
+//! operator run this image unchanged.
+//!
+//! Matched to `cmd/thin_entrypoint/main.go` of k8snetworkplumbingwg/ib-sriov-cni at commit
+//! 543060da640ef8f23229e11a4a83631fa03d1499 (that file last changed in a1002b31f962):
+//! - the flags `-cni-bin-dir` (default `/host/opt/cni/bin`), `-ib-sriov-cni-bin-file`
+//!   (default `/usr/bin/ib-sriov`) and `-no-sleep`, parsed with the syntax of Go's `flag`
+//!   package: one or two dashes, `-f value` or `-f=value`, a bare `-no-sleep` or
+//!   `-no-sleep=<bool>`, parsing stops at the first non-flag or after `--`, the rest is
+//!   ignored; `-h`/`-help` prints the usage and exits 0, any other error exits 2;
+//! - the checks of `verifyPaths` with its messages (the directory must exist, the source
+//!   must be a regular file), and the destination name: always `<dir>/ib-sriov`, whatever
+//!   the source is called;
+//! - the log lines, then a sleep until SIGTERM or SIGINT (exit 0), or exit 0 at once with
+//!   `-no-sleep`; errors are `Error: ...` on stderr with exit status 1.
+//!
+//! Deliberate differences from upstream:
+//! - the temp file is `.ib-sriov.tmp.<pid>.<n>`, created with O_EXCL (upstream truncates a
+//!   fixed `ib-sriov.temp`, which two writers sharing the directory would both write);
+//! - the copy gets mode 0755 (upstream copies the source's mode): a CNI plugin must be
+//!   executable, whatever the image did to the source's mode;
+//! - the directory is fsync'd after the rename, so the new name survives a crash;
+//! - the copy must answer `CNI_COMMAND=VERSION` (upstream does not run it); the check
+//!   runs on the temp file *before* the rename, so a broken source never replaces a
+//!   working plugin;
+//! - log lines go to stderr (upstream prints them on stdout);
+//! - SIGTERM and SIGINT are blocked from the start and taken with sigwait, so a signal
+//!   that arrives during the copy lets the copy finish (upstream dies mid-copy).
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Default of `-cni-bin-dir`: where upstream's DaemonSet mounts the host's `/opt/cni/bin`.
+const DEFAULT_CNI_BIN_DIR: &str = "/host/opt/cni/bin";
+/// Default of `-ib-sriov-cni-bin-file`: where the image puts the plugin.
+const DEFAULT_BIN_FILE: &str = "/usr/bin/ib-sriov";
+/// The name of the installed plugin in the CNI bin directory (upstream's `copyBinary`).
+const DEST_NAME: &str = "ib-sriov";
+/// Mode of the installed plugin.
+const DEST_MODE: u32 = 0o755;
+/// How long the installed copy may take to answer `CNI_COMMAND=VERSION`.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// What the VERSION check sends on stdin (SPEC.md "VERSION": the config carries only
+/// `cniVersion`).
+const VERSION_STDIN: &[u8] = br#"{"cniVersion":"1.0.0"}"#;
+
+const USAGE: &str = "\
+This is a thin entrypoint for InfiniBand SR-IOV CNI to copy its
+binary into the CNI bin directory on the host filesystem.
+
+Usage:
+  -cni-bin-dir string
+    \tCNI binary directory (default \"/host/opt/cni/bin\")
+  -ib-sriov-cni-bin-file string
+    \tInfiniBand SR-IOV CNI binary file path (default \"/usr/bin/ib-sriov\")
+  -no-sleep
+    \tExit after copying binary instead of sleeping
+";
+
+/// The parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Options {
+    cni_bin_dir: PathBuf,
+    bin_file: PathBuf,
+    no_sleep: bool,
+    /// Arguments after the flags: ignored, as upstream ignores them.
+    rest: Vec<OsString>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cni_bin_dir: PathBuf::from(DEFAULT_CNI_BIN_DIR),
+            bin_file: PathBuf::from(DEFAULT_BIN_FILE),
+            no_sleep: false,
+            rest: Vec::new(),
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    Run(Options),
+    Help,
+}
+
+/// Parses `args` (without the program name) with the rules of Go's `flag` package
+/// (`FlagSet.parseOne` in Go's `src/flag/flag.go`), so every command line upstream's
+/// entrypoint accepts means the same here. Errors carry Go's messages, e.g.
+/// `flag provided but not defined: -x`, `flag needs an argument: -cni-bin-dir`,
+/// `bad flag syntax: ---x`, `invalid boolean value "x" for -no-sleep: parse error`.
+fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
+    let mut opts = Options::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let bytes = arg.as_bytes();
+        if bytes.len() < 2 || bytes[0] != b'-' {
+            opts.rest.push(arg);
+            break;
+        }
+        if bytes == b"--" {
+            break;
+        }
+        let body = if bytes[1] == b'-' {
+            &bytes[2..]
+        } else {
+            &bytes[1..]
+        };
+        if body.is_empty() || body[0] == b'-' || body[0] == b'=' {
+            return Err(format!("bad flag syntax: {}", arg.to_string_lossy()));
+        }
+        let (name, value) = match body.iter().position(|&b| b == b'=') {
+            Some(i) => (&body[..i], Some(OsStr::from_bytes(&body[i + 1..]))),
+            None => (body, None),
+        };
+        let shown = String::from_utf8_lossy(name);
+        match name {
+            b"no-sleep" => {
+                opts.no_sleep = match value {
+                    None => true,
+                    Some(v) => parse_go_bool(v).ok_or_else(|| {
+                        format!(
+                            "invalid boolean value {:?} for -{shown}: parse error",
+                            v.to_string_lossy()
+                        )
+                    })?,
+                }
+            }
+            b"cni-bin-dir" | b"ib-sriov-cni-bin-file" => {
+                let v = match value {
+                    Some(v) => v.to_os_string(),
+                    None => args
+                        .next()
+                        .ok_or_else(|| format!("flag needs an argument: -{shown}"))?,
+                };
+                if name == b"cni-bin-dir" {
+                    opts.cni_bin_dir = PathBuf::from(v);
+                } else {
+                    opts.bin_file = PathBuf::from(v);
+                }
+            }
+            b"h" | b"help" => return Ok(Parsed::Help),
+            _ => return Err(format!("flag provided but not defined: -{shown}")),
+        }
+    }
+    opts.rest.extend(args);
+    Ok(Parsed::Run(opts))
+}
+
+/// Go's `strconv.ParseBool`: the spellings a Go boolean flag accepts.
+fn parse_go_bool(v: &OsStr) -> Option<bool> {
+    match v.as_bytes() {
+        b"1" | b"t" | b"T" | b"true" | b"TRUE" | b"True" => Some(true),
+        b"0" | b"f" | b"F" | b"false" | b"FALSE" | b"False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Checks the inputs before anything is written, as upstream's `verifyPaths` does.
+/// Errors: the directory is missing or not a directory; the source is missing or not a
+/// regular file (a symlink to one is fine: both are followed, as Go's `os.Stat` does).
+fn verify_paths(cni_bin_dir: &Path, bin_file: &Path) -> Result<()> {
+    let meta = fs::metadata(cni_bin_dir)
+        .with_context(|| format!("CNI bin directory {cni_bin_dir:?} does not exist"))?;
+    if !meta.is_dir() {
+        bail!("CNI bin directory {cni_bin_dir:?} is not a directory");
+    }
+    let meta = fs::metadata(bin_file)
+        .with_context(|| format!("IB SR-IOV CNI binary file {bin_file:?} does not exist"))?;
+    if !meta.is_file() {
+        bail!("IB SR-IOV CNI binary file {bin_file:?} is not a regular file");
+    }
+    Ok(())
+}
+
+/// Creates a new, empty temp file for `name` in `dir`: `.<name>.tmp.<pid>.<n>` with the
+/// first free `n`, opened with O_EXCL (`create_new`) so it is never someone else's file.
+/// In a container the pid is the same every run, so `n` also steps over a temp file
+/// left by a run killed with SIGKILL. Errors: the directory is read-only (EROFS),
+/// not writable (EACCES), full (ENOSPC, EDQUOT), or 100 names are taken.
+fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, File)> {
+    let pid = std::process::id();
+    for n in 0..100 {
+        let tmp = dir.join(format!(".{name}.tmp.{pid}.{n}"));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {tmp:?}")),
+        }
+    }
+    bail!("cannot create a temp file in {dir:?}: .{name}.tmp.{pid}.0 to .99 all exist")
+}
+
+/// Copies `src` to a new temp file in `dir` with mode [`DEST_MODE`], fsync'd and closed;
+/// returns its path. On any error the temp file is removed before returning.
+/// Errors: the source cannot be read; the temp file cannot be created (see
+/// [`create_temp`]); writing or fsyncing fails (ENOSPC on a full disk, EIO).
+fn write_temp_copy(src: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
+    let mut input = File::open(src).with_context(|| format!("cannot open {src:?}"))?;
+    let (tmp, mut out) = create_temp(dir, name)?;
+    let written = (|| -> Result<()> {
+        io::copy(&mut input, &mut out)
+            .with_context(|| format!("cannot copy {src:?} to {tmp:?}"))?;
+        // fchmod on the open file: the umask does not apply, and the fsync below makes
+        // the mode durable together with the data.
+        out.set_permissions(fs::Permissions::from_mode(DEST_MODE))
+            .with_context(|| format!("cannot chmod {tmp:?}"))?;
+        out.sync_all()
+            .with_context(|| format!("cannot fsync {tmp:?}"))
+    })();
+    drop(out);
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(tmp)
+}
+
+/// Installs `src` as `<dir>/<name>` atomically: writes a temp copy in `dir` (see
+/// [`write_temp_copy`]), runs `check` on it, renames it over the destination with
+/// rename(2), which replaces the name in one step (readers open the old file or the new
+/// one, never a partial one), then fsyncs `dir` so the rename survives a crash.
+/// On any error before the rename the temp file is removed and the existing destination
+/// is not touched. Errors: those of [`write_temp_copy`], `check`'s, the rename's (EISDIR
+/// when the destination is a directory), and the directory fsync's (EIO; the new plugin
+/// is in place then).
+fn install_atomic(
+    src: &Path,
+    dir: &Path,
+    name: &str,
+    check: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let dst = dir.join(name);
+    let tmp = write_temp_copy(src, dir, name)?;
+    let renamed = check(&tmp).and_then(|()| {
+        fs::rename(&tmp, &dst).with_context(|| format!("cannot rename {tmp:?} to {dst:?}"))
+    });
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot fsync directory {dir:?}"))?;
+    Ok(dst)
+}
+
+/// Runs `bin` as a CNI runtime runs a plugin for VERSION (CNI SPEC.md, "VERSION"): a
+/// clean environment with only `CNI_COMMAND=VERSION`, `{"cniVersion":"1.0.0"}` on stdin.
+/// Returns the `supportedVersions` it prints. Errors: it cannot be executed (ENOENT,
+/// EACCES on a noexec mount, ENOEXEC), it does not exit 0 within `timeout` (then it is
+/// killed), or its stdout is not a JSON object with a `supportedVersions` array.
+fn check_version(bin: &Path, timeout: Duration) -> Result<Vec<String>> {
+    let mut child = Command::new(bin)
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot run {bin:?}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A plugin may exit without reading stdin: EPIPE is not an error here.
+        let _ = stdin.write_all(VERSION_STDIN);
+    }
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.by_ref().take(1 << 20).read_to_end(&mut out);
+        let _ = tx.send(out);
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("no answer within {timeout:?}, killed it");
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(10)));
+    };
+    // It exited: its stdout closes now, unless something it started holds it open.
+    let grace = deadline.saturating_duration_since(Instant::now());
+    let out = rx
+        .recv_timeout(grace.max(Duration::from_secs(1)))
+        .context("it exited but its stdout stayed open")?;
+    let shown = String::from_utf8_lossy(&out);
+    let shown = shown.trim();
+    if !status.success() {
+        bail!("it failed ({status}), stdout: {shown:?}");
+    }
+    let reply: serde_json::Value = serde_json::from_slice(&out)
+        .with_context(|| format!("its stdout is not JSON: {shown:?}"))?;
+    let Some(versions) = reply.get("supportedVersions").and_then(|v| v.as_array()) else {
+        bail!("its answer has no supportedVersions array: {shown}");
+    };
+    Ok(versions
+        .iter()
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .collect())
+}
+
+/// Checks, installs and verifies, as upstream's `verifyPaths` then `copyBinary`.
+fn install(opts: &Options) -> Result<()> {
+    verify_paths(&opts.cni_bin_dir, &opts.bin_file)?;
+    let dst = opts.cni_bin_dir.join(DEST_NAME);
+    eprintln!("Copying {:?} to {dst:?}", opts.bin_file);
+    let mut versions = Vec::new();
+    install_atomic(&opts.bin_file, &opts.cni_bin_dir, DEST_NAME, |tmp| {
+        versions = check_version(tmp, VERSION_TIMEOUT).with_context(|| {
+            format!(
+                "the copy of {:?} does not answer CNI_COMMAND=VERSION",
+                opts.bin_file
+            )
+        })?;
+        Ok(())
+    })
+    .context("failed to copy binary")?;
+    eprintln!(
+        "Successfully copied IB SR-IOV CNI binary to {dst:?} (answers VERSION: {})",
+        versions.join(", ")
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_args(std::env::args_os().skip(1)) {
+        Ok(Parsed::Run(opts)) => opts,
+        Ok(Parsed::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprint!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // Blocked before anything else: a signal during the copy stays pending (the copy
+    // finishes), and is then taken by the sigwait below. Threads started later (the
+    // VERSION reader) inherit the mask; the plugin run for VERSION does not (std resets
+    // the signal mask of a spawned child).
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals), None) {
+        eprintln!("Error: cannot block SIGTERM and SIGINT: {e}");
+        return ExitCode::FAILURE;
+    }
+    if !opts.rest.is_empty() {
+        eprintln!("Ignoring extra arguments {:?}", opts.rest);
+    }
+    if let Err(e) = install(&opts) {
+        eprintln!("Error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    if opts.no_sleep {
+        eprintln!("Binary copied successfully, exiting (--no-sleep)");
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("Entering sleep... (success)");
+    match signals.wait() {
+        Ok(sig) => {
+            eprintln!("Received signal {sig}, exiting...");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: waiting for SIGTERM or SIGINT: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+
+    /// Serializes the tests that write a script and then execute it: a fork by another
+    /// test thread while a script is open for writing would make its exec fail with
+    /// ETXTBSY.
+    static EXEC: Mutex<()> = Mutex::new(());
+
+    fn parse(args: &[&str]) -> Result<Parsed, String> {
+        parse_args(args.iter().map(OsString::from))
+    }
+
+    fn run(args: &[&str]) -> Options {
+        match parse(args) {
+            Ok(Parsed::Run(o)) => o,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let p = dir.join(name);
+        fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let o = run(&[]);
+        assert_eq!(o.cni_bin_dir, Path::new("/host/opt/cni/bin"));
+        assert_eq!(o.bin_file, Path::new("/usr/bin/ib-sriov"));
+        assert!(!o.no_sleep);
+    }
+
+    #[test]
+    fn flags_take_one_or_two_dashes_and_separate_or_joined_values() {
+        for args in [
+            &[
+                "--cni-bin-dir",
+                "/d",
+                "--ib-sriov-cni-bin-file",
+                "/s",
+                "--no-sleep",
+            ][..],
+            &[
+                "--cni-bin-dir=/d",
+                "--ib-sriov-cni-bin-file=/s",
+                "--no-sleep",
+            ],
+            &[
+                "-cni-bin-dir",
+                "/d",
+                "-ib-sriov-cni-bin-file=/s",
+                "-no-sleep",
+            ],
+            &[
+                "-no-sleep=true",
+                "-cni-bin-dir=/x",
+                "--cni-bin-dir=/d",
+                "-ib-sriov-cni-bin-file",
+                "/s",
+            ],
+        ] {
+            let o = run(args);
+            assert_eq!(o.cni_bin_dir, Path::new("/d"), "{args:?}");
+            assert_eq!(o.bin_file, Path::new("/s"), "{args:?}");
+            assert!(o.no_sleep, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn values_may_start_with_a_dash_or_contain_equals() {
+        let o = run(&["--cni-bin-dir", "-odd", "--ib-sriov-cni-bin-file=/a=b"]);
+        assert_eq!(o.cni_bin_dir, Path::new("-odd"));
+        assert_eq!(o.bin_file, Path::new("/a=b"));
+    }
+
+    #[test]
+    fn no_sleep_takes_go_booleans() {
+        for v in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert!(run(&[&format!("--no-sleep={v}")]).no_sleep, "{v}");
+        }
+        for v in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert!(
+                !run(&["--no-sleep", &format!("-no-sleep={v}")]).no_sleep,
+                "{v}"
+            );
+        }
+        assert_eq!(
+            parse(&["--no-sleep=yes"]),
+            Err(r#"invalid boolean value "yes" for -no-sleep: parse error"#.into())
+        );
+    }
+
+    #[test]
+    fn help_and_usage_errors() {
+        for h in ["-h", "--h", "-help", "--help"] {
+            assert_eq!(parse(&[h]), Ok(Parsed::Help), "{h}");
+        }
+        assert_eq!(parse(&["--no-sleep", "--help"]), Ok(Parsed::Help));
+        assert_eq!(
+            parse(&["--bogus"]),
+            Err("flag provided but not defined: -bogus".into())
+        );
+        assert_eq!(
+            parse(&["--cni-bin-dir"]),
+            Err("flag needs an argument: -cni-bin-dir".into())
+        );
+        assert_eq!(parse(&["---x"]), Err("bad flag syntax: ---x".into()));
+        assert_eq!(parse(&["-=x"]), Err("bad flag syntax: -=x".into()));
+    }
+
+    #[test]
+    fn parsing_stops_at_the_first_non_flag_or_after_double_dash() {
+        let o = run(&["--no-sleep", "extra", "--bogus"]);
+        assert!(o.no_sleep);
+        assert_eq!(o.rest, vec![OsString::from("extra"), "--bogus".into()]);
+        let o = run(&["--", "--bogus"]);
+        assert_eq!(o.rest, vec![OsString::from("--bogus")]);
+        let o = run(&["-", "--no-sleep"]);
+        assert!(!o.no_sleep);
+        assert_eq!(o.rest, vec![OsString::from("-"), "--no-sleep".into()]);
+    }
+
+    #[test]
+    fn verify_paths_names_what_is_wrong() {
+        let d = tempdir();
+        let src = d.path().join("src");
+        fs::write(&src, b"x").unwrap();
+        verify_paths(d.path(), &src).unwrap();
+        let missing = d.path().join("nope");
+        let e = format!("{:#}", verify_paths(&missing, &src).unwrap_err());
+        assert!(e.contains("CNI bin directory") && e.contains("nope"), "{e}");
+        assert!(e.contains("No such file or directory"), "{e}");
+        let e = format!("{:#}", verify_paths(&src, &src).unwrap_err());
+        assert!(e.contains("is not a directory"), "{e}");
+        let e = format!("{:#}", verify_paths(d.path(), &missing).unwrap_err());
+        assert!(
+            e.contains("IB SR-IOV CNI binary file") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = format!("{:#}", verify_paths(d.path(), d.path()).unwrap_err());
+        assert!(e.contains("is not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn install_copies_with_mode_0755_and_leaves_no_temp_file() {
+        let d = tempdir();
+        let src = d.path().join("source-name");
+        fs::write(&src, b"plugin bytes").unwrap();
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o600)).unwrap();
+        let dir = d.path().join("bin");
+        fs::create_dir(&dir).unwrap();
+        let dst = install_atomic(&src, &dir, DEST_NAME, |_| Ok(())).unwrap();
+        assert_eq!(dst, dir.join("ib-sriov"));
+        assert_eq!(fs::read(&dst).unwrap(), b"plugin bytes");
+        assert_eq!(fs::metadata(&dst).unwrap().mode() & 0o7777, 0o755);
+        assert_eq!(names(&dir), ["ib-sriov"]);
+    }
+
+    #[test]
+    fn install_replaces_the_destination_by_rename_not_in_place() {
+        let d = tempdir();
+        let src = d.path().join("src");
+        fs::write(&src, b"new").unwrap();
+        let dir = d.path().join("bin");
+        fs::create_dir(&dir).unwrap();
+        let dst = dir.join(DEST_NAME);
+        fs::write(&dst, b"old plugin").unwrap();
+        // A hard link keeps the old inode: a write in place would change it too.
+        let old = d.path().join("old-link");
+        fs::hard_link(&dst, &old).unwrap();
+        let mut checked = None;
+        install_atomic(&src, &dir, DEST_NAME, |tmp| {
+            // The check sees the complete temp copy while the old destination is intact.
+            checked = Some(fs::read(tmp).unwrap());
+            assert_eq!(fs::read(&dst).unwrap(), b"old plugin");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(checked.as_deref(), Some(&b"new"[..]));
+        assert_eq!(fs::read(&dst).unwrap(), b"new");
+        assert_eq!(fs::read(&old).unwrap(), b"old plugin");
+        assert_ne!(
+            fs::metadata(&dst).unwrap().ino(),
+            fs::metadata(&old).unwrap().ino()
+        );
+        assert_eq!(names(&dir), ["ib-sriov"]);
+    }
+
+    #[test]
+    fn failures_remove_the_temp_file_and_leave_the_destination() {
+        let d = tempdir();
+        let dir = d.path().join("bin");
+        fs::create_dir(&dir).unwrap();
+        let dst = dir.join(DEST_NAME);
+        fs::write(&dst, b"old plugin").unwrap();
+        let src = d.path().join("src");
+        fs::write(&src, b"new").unwrap();
+
+        // A failed check: the temp file existed, is gone, the destination is the old one.
+        let mut seen = None;
+        let e = install_atomic(&src, &dir, DEST_NAME, |tmp| {
+            seen = Some(tmp.to_path_buf());
+            bail!("injected check failure")
+        })
+        .unwrap_err();
+        assert_eq!(format!("{e:#}"), "injected check failure");
+        let seen = seen.unwrap();
+        assert!(
+            seen.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".ib-sriov.tmp."),
+            "{seen:?}"
+        );
+        assert!(!seen.exists());
+        // A read error mid-copy (the source is a directory: EISDIR).
+        let e = install_atomic(d.path(), &dir, DEST_NAME, |_| Ok(())).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot copy"), "{e:#}");
+        // A missing source: nothing is created.
+        let e = install_atomic(&d.path().join("nope"), &dir, DEST_NAME, |_| Ok(())).unwrap_err();
+        assert!(format!("{e:#}").contains("No such file"), "{e:#}");
+        assert_eq!(fs::read(&dst).unwrap(), b"old plugin");
+        assert_eq!(names(&dir), ["ib-sriov"]);
+
+        // The rename fails (the destination is a non-empty directory): same cleanup.
+        let dir2 = d.path().join("bin2");
+        fs::create_dir_all(dir2.join(DEST_NAME).join("x")).unwrap();
+        let e = install_atomic(&src, &dir2, DEST_NAME, |_| Ok(())).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot rename"), "{e:#}");
+        assert_eq!(names(&dir2), ["ib-sriov"]);
+        assert!(dir2.join(DEST_NAME).join("x").is_dir());
+    }
+
+    #[test]
+    fn temp_names_step_over_leftovers() {
+        let d = tempdir();
+        let pid = std::process::id();
+        let stale = d.path().join(format!(".ib-sriov.tmp.{pid}.0"));
+        fs::write(&stale, b"left by a killed run").unwrap();
+        let (tmp, _f) = create_temp(d.path(), DEST_NAME).unwrap();
+        assert_eq!(tmp, d.path().join(format!(".ib-sriov.tmp.{pid}.1")));
+        assert_eq!(fs::read(&stale).unwrap(), b"left by a killed run");
+    }
+
+    #[test]
+    fn check_version_accepts_a_version_reply() {
+        let _g = EXEC.lock().unwrap_or_else(|e| e.into_inner());
+        let d = tempdir();
+        // Also checks the clean environment and the stdin the plugin gets.
+        let ok = script(
+            d.path(),
+            "ok",
+            r#"[ "$CNI_COMMAND" = VERSION ] && [ -z "$HOME" ] || exit 3
+read -r line; [ "$line" = '{"cniVersion":"1.0.0"}' ] || exit 4
+echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
+        );
+        assert_eq!(
+            check_version(&ok, VERSION_TIMEOUT).unwrap(),
+            ["0.4.0", "1.0.0"]
+        );
+    }
+
+    #[test]
+    fn check_version_rejects_what_is_not_a_version_reply() {
+        let _g = EXEC.lock().unwrap_or_else(|e| e.into_inner());
+        let d = tempdir();
+        let cases = [
+            ("fails", "exit 1", "it failed (exit status: 1)"),
+            ("nojson", "echo hello", "is not JSON: \"hello\""),
+            (
+                "noarray",
+                r#"echo '{"cniVersion":"1.0.0"}'"#,
+                "no supportedVersions array",
+            ),
+        ];
+        for (name, body, want) in cases {
+            let p = script(d.path(), name, body);
+            let e = format!("{:#}", check_version(&p, VERSION_TIMEOUT).unwrap_err());
+            assert!(e.contains(want), "{name}: {e}");
+        }
+        let e = format!(
+            "{:#}",
+            check_version(&d.path().join("absent"), VERSION_TIMEOUT).unwrap_err()
+        );
+        assert!(
+            e.contains("cannot run") && e.contains("No such file"),
+            "{e}"
+        );
+        let data = d.path().join("data");
+        fs::write(&data, b"\x00\x01 not a program").unwrap();
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_version(&data, VERSION_TIMEOUT).is_err());
+    }
+
+    #[test]
+    fn check_version_kills_a_plugin_that_hangs() {
+        let _g = EXEC.lock().unwrap_or_else(|e| e.into_inner());
+        let d = tempdir();
+        let p = script(d.path(), "hang", "exec /bin/sleep 30");
+        let t = Instant::now();
+        let e = format!(
+            "{:#}",
+            check_version(&p, Duration::from_millis(300)).unwrap_err()
+        );
+        assert!(e.contains("no answer within 300ms"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+}
