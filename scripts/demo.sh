@@ -11,7 +11,8 @@
 # as a container runtime would, with cniVersion 1.0.0 and the built-in IPAM:
 #
 #   ADD    the VF netdev moves into the pod as net1 with an address and a
-#          route; its GUID and link state are set through the MLNX_OFED
+#          route; its GUID (per pod, runtimeConfig.infinibandGUID as Multus
+#          passes it) and link state are set through the MLNX_OFED
 #          sysfs files (the emulated PF answers no VF netlink)
 #   CHECK  with ADD's result as prevResult
 #   DEL    everything undone; DEL again: still succeeds, changes nothing
@@ -127,7 +128,7 @@ jq -n --arg vf "$vf_addr" --arg state "$tmp/state" --arg data "$tmp/ipam" --arg 
     name: "ibdemo",
     type: "ib-sriov",
     deviceID: $vf,
-    guid: "02:00:00:00:00:00:de:01",
+    runtimeConfig: {infinibandGUID: "02:00:00:00:00:00:de:01"},
     link_state: "enable",
     stateDir: $state,
     logFile: $log,
