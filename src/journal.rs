@@ -1,21 +1,47 @@
-//! Per-attachment journal: `<stateDir>/<containerID>-<ifname>` (JSON, atomic writes).
+//! Per-attachment journal: one JSON file per (containerID, ifname) in `stateDir`, and a
+//! per-VF holder link naming the journal that holds the VF.
 //!
-//! ADD writes it durably before its first host change, recording the VF, everything
-//! needed to restore it (original GUIDs, link state, host netdev name and admin state)
-//! and every step it is about to take. DEL and rollback undo every recorded step in
-//! reverse; each undo is idempotent and checks the current state first, so a step that
-//! was recorded but never ran (a crash or failure before it) is undone harmlessly.
-//! One durable write per ADD keeps the fsync cost (the bulk of the plugin's CPU on
-//! ext4) low. The journal is deleted only when the undo is complete.
+//! ADD writes the journal durably before its first host change: the VF, the pod netns
+//! (path and nsfs identity), the configuration as received (so DEL can release the IPAM
+//! allocation with ADD's own IPAM configuration, whatever DEL is given), and the plan: the
+//! typed [`Step`]s it is about to take, each carrying what its undo needs (original and
+//! wanted state, the mechanism used, the identity of what it touches). DEL, GC and
+//! rollback undo the begun steps in reverse (`plugin::steps`); each undo checks the
+//! current state first, so a step that was recorded but never ran is undone harmlessly.
+//! The journal is deleted only when the undo is complete.
+//!
+//! File names ([`JournalStore::file_name`]) are injective over every valid
+//! (containerID, ifname) pair: `<containerID>:<ifname>` (neither part can contain `:`:
+//! CNI SPEC.md restricts container IDs to alphanumerics, `_`, `.`, `-`, and the kernel's
+//! `dev_valid_name()` refuses `:` in interface names), or, when that would be longer than
+//! [`PLAIN_NAME_MAX`] bytes, `<first 64 bytes of containerID>:#<SHA-256 hex>`, whose part
+//! after the `:` (65 bytes) cannot be an interface name (at most 15 bytes). A loaded
+//! journal is checked to be the one asked for ([`JournalError::Mismatch`]).
+//!
+//! Holder links: `<stateDir>/vfs/<VF BDF>` is a symlink whose target is the file name of
+//! the journal holding the VF, so finding a VF's holder reads one link and one journal.
+//! Written under the per-VF lock after the journal, and left in place when the journal
+//! goes: a link whose journal does not exist, or names another VF, is stale (free VF).
 
 use crate::fsutil::{atomic_write, remove_durable, replace_nosync};
 use crate::types::{Guid, LinkState, PciAddress, VfIndex};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Journal format version.
-pub const JOURNAL_VERSION: u32 = 1;
+/// Journal format version. Version 1 (file `<containerID>-<ifname>`, flat fields) was
+/// never released; such files are neither read nor touched.
+pub const JOURNAL_VERSION: u32 = 2;
+
+/// Longest plain journal file name `<containerID>:<ifname>`, in bytes; longer pairs use
+/// the hashed form. NAME_MAX is 255 and the temp file of an atomic write adds
+/// `.`, `.tmp.` and a pid (at most 10 digits) to the name.
+pub const PLAIN_NAME_MAX: usize = 200;
+
+/// Largest journal file read, in bytes (a journal is a few KiB: the configuration as
+/// received, bounded by the plugin's stdin bound, plus the steps).
+pub const MAX_JOURNAL_BYTES: u64 = 8 << 20;
 
 /// How a VF attribute was (or will be) changed, so the undo uses the same path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,29 +53,109 @@ pub enum Via {
     Ofed,
 }
 
-/// A step of ADD, journaled before it changes the host.
+/// The identity of a netdev, recorded before the plugin moves it and proved before the
+/// plugin moves, renames or sets it again. A pod may rename, replace or re-create its
+/// interfaces; it cannot give another link this identity: the ifindex is taken while the
+/// VF exists in that namespace, the hardware address of an IPoIB VF (20 bytes, holding
+/// the port GUID) cannot be set on a virtual link, and the parent device
+/// (`IFLA_PARENT_DEV_NAME`, Linux 5.14+) of a VF netdev is its PCI address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetdevId {
+    /// ifindex in the host netns when recorded.
+    pub ifindex: u32,
+    /// `IFLA_ADDRESS`, lowercase hex with `:` separators.
+    pub hwaddr: String,
+    /// `IFLA_PARENT_DEV_NAME` when the kernel reported one (the VF's PCI address).
+    pub parent: Option<String>,
+}
+
+/// The identity of a namespace file: `st_dev` and `st_ino` of its nsfs inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+pub struct NsId {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+/// A step of ADD, journaled (with everything its undo needs) before it changes the
+/// host. ADD runs them in the recorded order; undo walks the begun ones in reverse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
 pub enum Step {
     /// VF link state set on the PF.
-    LinkState,
-    /// VF node/port GUID set on the PF.
-    Guid,
-    /// VF driver unbound and bound again (GUID change takes effect).
-    Rebind,
+    LinkState {
+        /// Link state before ADD (`None`: unreadable; undo restores `auto`).
+        orig: Option<LinkState>,
+        /// Link state ADD sets.
+        want: LinkState,
+        /// Mechanism (read or used); the undo tries it first.
+        via: Option<Via>,
+    },
+    /// VF node and port GUID set on the PF, then (with a netdev) the driver rebound so
+    /// the GUID takes effect.
+    Guid {
+        /// Node GUID before ADD.
+        orig_node: Option<Guid>,
+        /// Port GUID before ADD.
+        orig_port: Option<Guid>,
+        /// GUID ADD sets (node and port).
+        want: Guid,
+        /// Mechanism (read or used); the undo tries it first.
+        via: Option<Via>,
+        /// Whether the driver is rebound (non-vfio VFs).
+        rebind: bool,
+    },
     /// RDMA device moved into the pod netns (before the netdev: moving it re-creates
     /// the IPoIB netdev in the default netns).
-    RdmaMove,
-    /// Netdev moved into the pod netns (and renamed to CNI_IFNAME there).
-    MoveNetdev,
-    /// IPAM allocation taken.
-    Ipam,
+    RdmaMove {
+        /// The RDMA device's name (updated if a rebind renamed it, before the move).
+        device: String,
+    },
     /// NPWG device-info file written.
-    DeviceInfo,
+    DeviceInfo {
+        /// The file (absolute).
+        path: PathBuf,
+        /// Exactly what ADD writes: DEL removes the file only while it still holds this
+        /// (a file the plugin did not write is never removed).
+        content: String,
+    },
+    /// Netdev moved into the pod netns and named CNI_IFNAME there.
+    MoveNetdev {
+        /// The netdev's identity (updated after a rebind, before the move).
+        netdev: NetdevId,
+        /// Its name in the host before ADD (restored by DEL).
+        host_name: String,
+        /// Whether it was administratively up before ADD (restored by DEL).
+        host_up: bool,
+        /// Its ifindex in the pod, recorded right after the move (the kernel keeps the
+        /// ifindex unless the pod netns uses it).
+        pod_ifindex: Option<u32>,
+    },
+    /// IPAM allocation taken (built-in or delegated), configured in the pod.
+    Ipam {
+        /// `ipam.type`.
+        ipam_type: String,
+    },
+}
+
+impl Step {
+    /// The step's kind, for logs and fail points: `link_state`, `guid`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::LinkState { .. } => "link_state",
+            Step::Guid { .. } => "guid",
+            Step::RdmaMove { .. } => "rdma",
+            Step::DeviceInfo { .. } => "device_info",
+            Step::MoveNetdev { .. } => "move",
+            Step::Ipam { .. } => "ipam",
+        }
+    }
 }
 
 /// The journal of one attachment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
     /// [`JOURNAL_VERSION`].
@@ -60,6 +166,9 @@ pub struct Journal {
     pub ifname: String,
     /// CNI_NETNS at ADD.
     pub netns: Option<String>,
+    /// Identity of that namespace at ADD: DEL, GC and CHECK act in a namespace only when
+    /// it is this one (a path can be re-used by a new namespace).
+    pub netns_id: Option<NsId>,
     /// Network name (config `name`).
     pub network: String,
     /// VF PCI address.
@@ -72,34 +181,12 @@ pub struct Journal {
     pub pf_netdev: Option<String>,
     /// vfio mode: no netdev, no IP.
     pub vfio: bool,
-    /// VF netdev name in the host before ADD (restored by DEL).
-    pub host_ifname: Option<String>,
-    /// Whether that netdev was administratively up before ADD (restored by DEL).
-    #[serde(default)]
-    pub host_up: bool,
-    /// Node GUID before ADD.
-    pub orig_node_guid: Option<Guid>,
-    /// Port GUID before ADD.
-    pub orig_port_guid: Option<Guid>,
-    /// GUID set by ADD, if any.
-    pub set_guid: Option<Guid>,
-    /// How GUIDs are read/written on this host.
-    pub guid_via: Option<Via>,
-    /// Link state before ADD.
-    pub orig_link_state: Option<LinkState>,
-    /// Link state set by ADD, if any.
-    pub set_link_state: Option<LinkState>,
-    /// How link state is read/written on this host.
-    pub link_state_via: Option<Via>,
     /// `rdmaIsolation` as configured.
     pub rdma_isolation: Option<bool>,
-    /// The VF's RDMA device at ADD.
-    pub rdma_device: Option<String>,
-    /// `ipam.type`, when IPAM was configured.
-    pub ipam_type: Option<String>,
-    /// `runtimeConfig.CNIDeviceInfoFile`, when given.
-    pub device_info_file: Option<PathBuf>,
-    /// Steps ADD takes, in order, recorded before the first of them runs.
+    /// The network configuration ADD received (without `prevResult`): DEL, GC and
+    /// rollback release IPAM with it.
+    pub conf: serde_json::Value,
+    /// The plan: steps ADD takes, in order, recorded before the first of them runs.
     pub steps: Vec<Step>,
     /// True once ADD completed (written without fsync: after a crash it may read
     /// false, which only makes CHECK fail and DEL undo what it would undo anyway).
@@ -107,11 +194,70 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// True when `step` was begun.
-    pub fn has(&self, step: Step) -> bool {
-        self.steps.contains(&step)
+    /// The step of `kind` ([`Step::kind`]), if planned.
+    pub fn step(&self, kind: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.kind() == kind)
+    }
+
+    /// The RDMA device moved into the pod, if that step was planned.
+    pub fn rdma_device(&self) -> Option<&str> {
+        self.steps.iter().find_map(|s| match s {
+            Step::RdmaMove { device } => Some(device.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The netdev step, if planned.
+    pub fn netdev(&self) -> Option<(&NetdevId, &str, bool, Option<u32>)> {
+        self.steps.iter().find_map(|s| match s {
+            Step::MoveNetdev {
+                netdev,
+                host_name,
+                host_up,
+                pod_ifindex,
+            } => Some((netdev, host_name.as_str(), *host_up, *pod_ifindex)),
+            _ => None,
+        })
     }
 }
+
+/// Why a journal could not be used.
+#[derive(Debug)]
+pub enum JournalError {
+    /// Reading or writing failed.
+    Io(PathBuf, io::Error),
+    /// The file is not a journal of this version (corrupt, truncated, foreign).
+    Unreadable(PathBuf, String),
+    /// The file is a journal of another attachment (a planted or renamed file).
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// The attachment it names.
+        found: (String, String),
+    },
+}
+
+impl std::fmt::Display for JournalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JournalError::Io(p, e) => write!(f, "journal {}: {e}", p.display()),
+            JournalError::Unreadable(p, e) => write!(
+                f,
+                "journal {} is unreadable ({e}); check the VF it names and the pod, then move the file aside",
+                p.display()
+            ),
+            JournalError::Mismatch { path, found } => write!(
+                f,
+                "journal {} belongs to {}/{}, not to the attachment asked for",
+                path.display(),
+                found.0,
+                found.1
+            ),
+        }
+    }
+}
+
+impl std::error::Error for JournalError {}
 
 /// The journal directory.
 #[derive(Debug, Clone)]
@@ -130,10 +276,28 @@ impl JournalStore {
         &self.dir
     }
 
-    /// `<dir>/<containerID>-<ifname>`. Both parts are validated by the CNI layer
-    /// (no `/`, not `.`/`..`), so the name stays inside `dir`.
+    /// The journal file name of (containerID, ifname): see the module docs. Both parts
+    /// are validated by the CNI layer before they get here.
+    pub fn file_name(container_id: &str, ifname: &str) -> String {
+        let plain = format!("{container_id}:{ifname}");
+        if plain.len() <= PLAIN_NAME_MAX {
+            return plain;
+        }
+        let mut h = Sha256::new();
+        h.update(container_id.as_bytes());
+        h.update([0u8]);
+        h.update(ifname.as_bytes());
+        let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let mut cut = 64.min(container_id.len());
+        while !container_id.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}:#{hex}", &container_id[..cut])
+    }
+
+    /// `<dir>/<file_name>`.
     pub fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
-        self.dir.join(format!("{container_id}-{ifname}"))
+        self.dir.join(Self::file_name(container_id, ifname))
     }
 
     /// `<dir>/locks/<VF BDF>.lock`: the per-VF lock file.
@@ -141,136 +305,366 @@ impl JournalStore {
         self.dir.join("locks").join(format!("{vf}.lock"))
     }
 
-    /// Writes the journal atomically and durably.
-    pub fn save(&self, j: &Journal) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let data = serde_json::to_vec_pretty(j).map_err(io::Error::other)?;
-        atomic_write(&self.path(&j.container_id, &j.ifname), &data)
+    /// `<dir>/vfs/<VF BDF>`: the VF's holder link.
+    pub fn holder_link_path(&self, vf: PciAddress) -> PathBuf {
+        self.dir.join("vfs").join(vf.to_string())
     }
 
-    /// Rewrites the journal atomically but without fsync (see [`Journal::complete`]).
-    pub fn save_nosync(&self, j: &Journal) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let data = serde_json::to_vec_pretty(j).map_err(io::Error::other)?;
-        replace_nosync(&self.path(&j.container_id, &j.ifname), &data)
+    fn io(&self, p: &Path) -> impl Fn(io::Error) -> JournalError + '_ {
+        let p = p.to_path_buf();
+        move |e| JournalError::Io(p.clone(), e)
     }
 
-    /// Loads a journal; `Ok(None)` when there is none.
-    pub fn load(&self, container_id: &str, ifname: &str) -> io::Result<Option<Journal>> {
-        Self::load_path(&self.path(container_id, ifname))
+    /// Writes the journal atomically and durably (survives a machine crash: the plan
+    /// must be on disk before the first host change it describes).
+    pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
+        self.write(j, true)
     }
 
-    fn load_path(p: &Path) -> io::Result<Option<Journal>> {
-        match std::fs::read(p) {
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+    /// Rewrites the journal atomically but without fsync: for facts learnt while a
+    /// step runs (a netdev's new identity after a rebind, its pod ifindex, completion),
+    /// whose loss in a machine crash only makes the undo search instead of look up;
+    /// a process crash (SIGKILL) loses nothing, the page cache survives it.
+    pub fn save_nosync(&self, j: &Journal) -> Result<(), JournalError> {
+        self.write(j, false)
+    }
+
+    fn write(&self, j: &Journal, durable: bool) -> Result<(), JournalError> {
+        let path = self.path(&j.container_id, &j.ifname);
+        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
+        let data = serde_json::to_vec_pretty(j)
+            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        if durable {
+            atomic_write(&path, &data)
+        } else {
+            replace_nosync(&path, &data)
         }
+        .map_err(self.io(&path))
     }
 
-    /// Removes a journal; `Ok(false)` when there was none.
-    pub fn remove(&self, container_id: &str, ifname: &str) -> io::Result<bool> {
-        remove_durable(&self.path(container_id, ifname))
+    /// Loads the journal of (containerID, ifname); `Ok(None)` when there is none.
+    /// The file is opened without following a symlink, must be a regular file, is read
+    /// up to [`MAX_JOURNAL_BYTES`], and must name this very attachment.
+    pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Journal>, JournalError> {
+        let path = self.path(container_id, ifname);
+        let Some(j) = Self::load_path(&path)? else {
+            return Ok(None);
+        };
+        if j.container_id != container_id || j.ifname != ifname {
+            return Err(JournalError::Mismatch {
+                path,
+                found: (j.container_id, j.ifname),
+            });
+        }
+        Ok(Some(j))
     }
 
-    /// Every readable journal in the store (unreadable ones are logged and skipped).
-    pub fn list(&self) -> io::Result<Vec<Journal>> {
+    fn load_path(p: &Path) -> Result<Option<Journal>, JournalError> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_flags())
+            .open(p);
+        let f = match f {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(JournalError::Io(p.to_path_buf(), e)),
+        };
+        let md = f
+            .metadata()
+            .map_err(|e| JournalError::Io(p.to_path_buf(), e))?;
+        if !md.is_file() {
+            return Err(JournalError::Unreadable(
+                p.to_path_buf(),
+                "not a regular file".into(),
+            ));
+        }
+        let mut b = Vec::new();
+        f.take(MAX_JOURNAL_BYTES + 1)
+            .read_to_end(&mut b)
+            .map_err(|e| JournalError::Io(p.to_path_buf(), e))?;
+        if b.len() as u64 > MAX_JOURNAL_BYTES {
+            return Err(JournalError::Unreadable(
+                p.to_path_buf(),
+                format!("larger than {MAX_JOURNAL_BYTES} bytes"),
+            ));
+        }
+        let j: Journal = serde_json::from_slice(&b)
+            .map_err(|e| JournalError::Unreadable(p.to_path_buf(), e.to_string()))?;
+        if j.version != JOURNAL_VERSION {
+            return Err(JournalError::Unreadable(
+                p.to_path_buf(),
+                format!("journal version {}, expected {JOURNAL_VERSION}", j.version),
+            ));
+        }
+        Ok(Some(j))
+    }
+
+    /// Removes the journal of (containerID, ifname) and the temp files of killed
+    /// writers next to it, durably; `Ok(false)` when there was none.
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<bool, JournalError> {
+        let p = self.path(container_id, ifname);
+        remove_durable(&p).map_err(self.io(&p))
+    }
+
+    /// Every journal in the store: the readable ones, and the errors of the others.
+    /// Entries that are not journals (`locks`, `vfs`, temp files starting with `.`,
+    /// names without `:`, such as the Go plugin's cache files) are not read.
+    pub fn list(&self) -> Result<(Vec<Journal>, Vec<JournalError>), JournalError> {
         let rd = match std::fs::read_dir(&self.dir) {
             Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Default::default()),
+            Err(e) => return Err(JournalError::Io(self.dir.clone(), e)),
         };
-        let mut out = Vec::new();
+        let (mut ok, mut bad) = (Vec::new(), Vec::new());
         for ent in rd {
-            let ent = ent?;
+            let ent = ent.map_err(self.io(&self.dir))?;
             let name = ent.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('.') || !ent.file_type()?.is_file() {
+            if name.starts_with('.') || !name.contains(':') {
                 continue;
             }
             match Self::load_path(&ent.path()) {
-                Ok(Some(j)) => out.push(j),
+                Ok(Some(j)) if Self::file_name(&j.container_id, &j.ifname) == name => ok.push(j),
+                Ok(Some(j)) => bad.push(JournalError::Mismatch {
+                    path: ent.path(),
+                    found: (j.container_id, j.ifname),
+                }),
                 Ok(None) => {}
-                Err(e) => log::warn!("skipping unreadable journal: {e}"),
+                Err(e) => bad.push(e),
             }
         }
-        Ok(out)
+        Ok((ok, bad))
     }
 
-    /// The journal of another attachment that holds `vf`, if any.
-    pub fn holder_of(&self, vf: PciAddress, except: (&str, &str)) -> io::Result<Option<Journal>> {
-        Ok(self
-            .list()?
-            .into_iter()
-            .find(|j| j.vf == vf && (j.container_id.as_str(), j.ifname.as_str()) != except))
+    /// Records that the journal of (containerID, ifname) holds `vf`: the holder link
+    /// `vfs/<BDF>` -> journal file name, replacing a stale one. Call with the VF lock
+    /// held, after the journal is saved. Not fsync'd: after a machine crash every
+    /// attachment is gone with its netns and a missing link only lets the next ADD of
+    /// the VF look at the journal list instead (see [`JournalStore::holder`]).
+    pub fn set_holder(
+        &self,
+        vf: PciAddress,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<(), JournalError> {
+        let link = self.holder_link_path(vf);
+        let dir = link.parent().expect("has a parent");
+        std::fs::create_dir_all(dir).map_err(self.io(dir))?;
+        let tmp = dir.join(format!(".{vf}.tmp.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(Self::file_name(container_id, ifname), &tmp)
+            .map_err(self.io(&tmp))?;
+        std::fs::rename(&tmp, &link).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            JournalError::Io(link.clone(), e)
+        })
     }
+
+    /// The attachment holding `vf` other than `except`, from the holder link: its
+    /// journal (`Ok(Some(Ok(j)))`), or the error reading it (`Ok(Some(Err(e)))`: an
+    /// unreadable journal still holds the VF). `Ok(None)` when no live journal holds it.
+    /// A VF with no holder link falls back to the journal list (journals written
+    /// before a machine crash may lack their link).
+    pub fn holder(
+        &self,
+        vf: PciAddress,
+        except: (&str, &str),
+    ) -> Result<Option<Result<Journal, JournalError>>, JournalError> {
+        let link = self.holder_link_path(vf);
+        let mine = Self::file_name(except.0, except.1);
+        match std::fs::read_link(&link) {
+            Ok(target) => {
+                let name = target.to_string_lossy().into_owned();
+                if name == mine || name.contains('/') || name.starts_with('.') {
+                    return Ok(None);
+                }
+                match Self::load_path(&self.dir.join(&name)) {
+                    Ok(Some(j)) if j.vf == vf => Ok(Some(Ok(j))),
+                    Ok(Some(_)) | Ok(None) => Ok(None), // stale link
+                    Err(e) => Ok(Some(Err(e))),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let (ok, _) = self.list()?;
+                Ok(ok
+                    .into_iter()
+                    .find(|j| j.vf == vf && Self::file_name(&j.container_id, &j.ifname) != mine)
+                    .map(Ok))
+            }
+            Err(e) => Err(JournalError::Io(link, e)),
+        }
+    }
+}
+
+/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`: a planted symlink or FIFO at a journal path
+/// is refused or read without blocking (then rejected as not a regular file).
+fn libc_flags() -> i32 {
+    use nix::fcntl::OFlag;
+    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    fn sample(cid: &str, vf: &str) -> Journal {
+    pub(crate) fn sample(cid: &str, vf: &str) -> Journal {
         Journal {
             version: JOURNAL_VERSION,
             container_id: cid.into(),
             ifname: "net1".into(),
             netns: Some("/var/run/netns/p".into()),
+            netns_id: Some(NsId {
+                dev: 4,
+                ino: 4026532000,
+            }),
             network: "ib".into(),
             vf: vf.parse().unwrap(),
             pf: "0000:af:00.0".parse().unwrap(),
             vf_index: VfIndex(1),
             pf_netdev: Some("ib0".into()),
             vfio: false,
-            host_ifname: Some("ib0v1".into()),
-            host_up: true,
-            orig_node_guid: Some("02:00:00:00:00:00:00:01".parse().unwrap()),
-            orig_port_guid: None,
-            set_guid: None,
-            guid_via: Some(Via::Ofed),
-            orig_link_state: Some(LinkState::Auto),
-            set_link_state: Some(LinkState::Enable),
-            link_state_via: Some(Via::Netlink),
             rdma_isolation: None,
-            rdma_device: Some("mlx5_3".into()),
-            ipam_type: None,
-            device_info_file: None,
-            steps: vec![Step::LinkState, Step::MoveNetdev],
+            conf: serde_json::json!({"name": "ib"}),
+            steps: vec![
+                Step::LinkState {
+                    orig: Some(LinkState::Auto),
+                    want: LinkState::Enable,
+                    via: Some(Via::Netlink),
+                },
+                Step::MoveNetdev {
+                    netdev: NetdevId {
+                        ifindex: 7,
+                        hwaddr: "02:00:00:00:00:01".into(),
+                        parent: None,
+                    },
+                    host_name: "ib0v1".into(),
+                    host_up: true,
+                    pod_ifindex: None,
+                },
+            ],
             complete: false,
         }
     }
 
     #[test]
-    fn save_load_list_remove() {
+    fn save_load_list_remove_and_holders() {
         let d = tempfile::tempdir().unwrap();
         let s = JournalStore::new(d.path().join("state"));
-        assert_eq!(s.load("c1", "net1").unwrap(), None);
+        assert!(s.load("c1", "net1").unwrap().is_none());
         let j = sample("c1", "0000:af:00.2");
         s.save(&j).unwrap();
         assert_eq!(s.load("c1", "net1").unwrap(), Some(j.clone()));
-        assert!(s.path("c1", "net1").ends_with("c1-net1"));
+        assert!(s.path("c1", "net1").ends_with("c1:net1"));
         s.save(&sample("c2", "0000:af:00.3")).unwrap();
-        assert_eq!(s.list().unwrap().len(), 2);
-        let h = s
-            .holder_of("0000:af:00.2".parse().unwrap(), ("c9", "net1"))
-            .unwrap();
-        assert_eq!(h.unwrap().container_id, "c1");
-        assert!(s
-            .holder_of("0000:af:00.2".parse().unwrap(), ("c1", "net1"))
-            .unwrap()
-            .is_none());
+        assert_eq!(s.list().unwrap().0.len(), 2);
+        let vf = "0000:af:00.2".parse().unwrap();
+        // No link yet: found through the list.
+        let h = s.holder(vf, ("c9", "net1")).unwrap().unwrap().unwrap();
+        assert_eq!(h.container_id, "c1");
+        s.set_holder(vf, "c1", "net1").unwrap();
+        let h = s.holder(vf, ("c9", "net1")).unwrap().unwrap().unwrap();
+        assert_eq!(h.container_id, "c1");
+        assert!(s.holder(vf, ("c1", "net1")).unwrap().is_none());
+        // An unreadable journal still holds its VF.
+        std::fs::write(s.path("c1", "net1"), b"{garbage").unwrap();
+        assert!(matches!(
+            s.holder(vf, ("c9", "net1")).unwrap(),
+            Some(Err(JournalError::Unreadable(..)))
+        ));
         assert!(s.remove("c1", "net1").unwrap());
         assert!(!s.remove("c1", "net1").unwrap());
+        // A stale link (journal gone) holds nothing; so does a link to a journal of
+        // another VF (the name was re-used).
+        assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
+        s.save(&sample("c1", "0000:af:00.4")).unwrap();
+        assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
     }
 
     #[test]
-    fn corrupt_journal_is_an_error_not_a_panic() {
+    fn a_journal_of_another_attachment_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        s.save(&sample("c1", "0000:af:00.2")).unwrap();
+        std::fs::rename(s.path("c1", "net1"), s.path("c2", "net1")).unwrap();
+        assert!(matches!(
+            s.load("c2", "net1"),
+            Err(JournalError::Mismatch { .. })
+        ));
+        let (ok, bad) = s.list().unwrap();
+        assert!(ok.is_empty() && bad.len() == 1);
+    }
+
+    #[test]
+    fn corrupt_fifo_and_symlink_journals_are_errors_not_hangs() {
         let d = tempfile::tempdir().unwrap();
         let s = JournalStore::new(d.path());
         std::fs::write(s.path("c1", "net1"), b"{garbage").unwrap();
-        assert!(s.load("c1", "net1").is_err());
-        assert!(s.list().unwrap().is_empty());
+        assert!(matches!(
+            s.load("c1", "net1"),
+            Err(JournalError::Unreadable(..))
+        ));
+        nix::unistd::mkfifo(&s.path("c2", "net1"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(matches!(
+            s.load("c2", "net1"),
+            Err(JournalError::Unreadable(..))
+        ));
+        std::os::unix::fs::symlink("/etc/hostname", s.path("c3", "net1")).unwrap();
+        assert!(matches!(s.load("c3", "net1"), Err(JournalError::Io(..))));
+        let (ok, bad) = s.list().unwrap();
+        assert!(ok.is_empty() && bad.len() == 3, "{bad:?}");
+    }
+
+    /// Valid container IDs (CNI SPEC.md: alphanumerics, `_`, `.`, `-`; at most 255
+    /// bytes here) and interface names (the kernel's `dev_valid_name()`: 1..=15 bytes,
+    /// no `/`, `:`, whitespace, not `.`/`..`).
+    fn valid_cid() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[A-Za-z0-9][A-Za-z0-9_.-]{0,20}",
+            "[A-Za-z0-9][A-Za-z0-9_.-]{150,254}",
+        ]
+    }
+    fn valid_ifname() -> impl Strategy<Value = String> {
+        "[!-9;-~]{1,15}".prop_filter("not . or ..", |s| s != "." && s != ".." && !s.contains('/'))
+    }
+
+    proptest! {
+        #[test]
+        fn file_names_are_injective_and_fit(
+            a in (valid_cid(), valid_ifname()),
+            b in (valid_cid(), valid_ifname()),
+        ) {
+            let (na, nb) = (JournalStore::file_name(&a.0, &a.1), JournalStore::file_name(&b.0, &b.1));
+            prop_assert!(na.len() <= PLAIN_NAME_MAX.max(64 + 2 + 64));
+            prop_assert!(!na.contains('/') && !na.starts_with('.'));
+            prop_assert_eq!(na == nb, a == b, "{:?} {:?} -> {} {}", a, b, na, nb);
+        }
+
+        #[test]
+        fn names_differing_only_at_the_dash_differ(
+            x in "[a-z0-9]{1,10}", y in "[a-z0-9]{1,10}",
+        ) {
+            // The version-1 collision: (x-y, net1) vs (x, y-net1).
+            let a = JournalStore::file_name(&format!("{x}-{y}"), "net1");
+            let b = JournalStore::file_name(&x, &format!("{y}-net1"));
+            prop_assert_ne!(a, b);
+        }
+    }
+
+    #[test]
+    fn long_container_ids_use_the_hashed_form() {
+        let cid = "a".repeat(255);
+        let n = JournalStore::file_name(&cid, "net1");
+        assert!(n.len() <= 130 && n.contains(":#"), "{n}");
+        assert_ne!(n, JournalStore::file_name(&cid, "net2"));
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        let mut j = sample(&cid, "0000:af:00.2");
+        j.container_id = cid.clone();
+        s.save(&j).unwrap();
+        assert_eq!(s.load(&cid, "net1").unwrap().unwrap().container_id, cid);
+        assert_eq!(s.list().unwrap().0.len(), 1);
     }
 }

@@ -115,7 +115,7 @@ fn killed_at_each_add_step_then_del_or_a_retried_add_recovers() {
         assert_killed(&out, point);
         assert_eq!(
             lab.journals(),
-            ["k1-net1"],
+            ["k1:net1"],
             "{point}: the journal survives the kill"
         );
         lab.del("k1", pod.netns(), &conf).expect_ok();
@@ -264,7 +264,7 @@ fn held_locks_give_code_11_within_the_bound() {
         "bounded: {:?}",
         t.elapsed()
     );
-    assert_eq!(lab.journals(), ["l1-net1"], "DEL kept the journal to retry");
+    assert_eq!(lab.journals(), ["l1:net1"], "DEL kept the journal to retry");
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([]);
     lab.run("GC", "", "", &gc, &[]).expect_code(11);

@@ -74,7 +74,7 @@ fn gc_keeps_exactly_the_valid_attachments() {
         g[key] = json!([{"containerID": "keep", "ifname": "net1"},
                         {"containerID": "drop", "ifname": "other-if"}]);
         gc(&lab, &g).expect_ok();
-        assert_eq!(lab.journals(), ["keep-net1"], "{key}");
+        assert_eq!(lab.journals(), ["keep:net1"], "{key}");
         assert_eq!(lab.allocations().len(), 1, "{key}");
         lab.check("keep", &pa, &ca, &ra).expect_ok();
         assert_eq!(pb.links(), ["lo"], "{key}: the dropped VF left its pod");
@@ -125,7 +125,7 @@ fn gc_scope_and_input_errors() {
     assert_eq!(lab.allocations(), ["10.56.217.78"]);
     assert_eq!(
         lab.journals(),
-        ["o1-net1"],
+        ["o1:net1"],
         "the other network is untouched"
     );
     assert_eq!(
@@ -177,7 +177,7 @@ fn status_reports_what_would_stop_an_add() {
         .expect_code(103);
     assert_eq!(lab.host.snapshot(), snap, "the failed ADD changed nothing");
     assert_eq!(pod2.links(), ["lo"]);
-    assert_eq!(lab.journals(), ["s1-net1"]);
+    assert_eq!(lab.journals(), ["s1:net1"]);
     lab.del("s1", pod.netns(), &conf).expect_ok();
     status(&lab, &conf).expect_ok();
 

@@ -166,7 +166,7 @@ impl Lab {
     fn journals(&self) -> Vec<String> {
         list(&self.state)
             .into_iter()
-            .filter(|n| n != "locks")
+            .filter(|n| n != "locks" && n != "vfs")
             .collect()
     }
 
@@ -293,7 +293,7 @@ fn add_check_del_del_through_libcni_for_each_version_and_config_format() {
                 lab.host.snapshot().link(&netdev).is_none(),
                 "{ctx}: VF netdev still in the host netns"
             );
-            assert_eq!(lab.journals(), vec![format!("{cid}-{IFNAME}")], "{ctx}");
+            assert_eq!(lab.journals(), vec![format!("{cid}:{IFNAME}")], "{ctx}");
             assert_eq!(
                 lab.allocations(),
                 vec![addr.trim_end_matches("/24").to_string()],

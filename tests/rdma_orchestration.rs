@@ -9,7 +9,7 @@ mod common;
 use common::emuhost::{EmuHost, EmuOptions, Pod};
 use ib_sriov_cni::cni::{CniEnv, CniError};
 use ib_sriov_cni::config::NetConf;
-use ib_sriov_cni::journal::{JournalStore, Step};
+use ib_sriov_cni::journal::JournalStore;
 use ib_sriov_cni::plugin::run_with;
 use ib_sriov_cni::rdma::{MemoryRdma, NetnsKey, NetnsMode, RdmaDevice, RdmaOp};
 use ib_sriov_cni::sysfs::Sysfs;
@@ -116,9 +116,9 @@ fn exclusive_mode_moves_the_rdma_device_before_the_netdev_and_back_on_del() {
         .load("c1", "net1")
         .unwrap()
         .unwrap();
-    let pos = |s: Step| j.steps.iter().position(|x| *x == s).unwrap();
-    assert!(pos(Step::RdmaMove) < pos(Step::MoveNetdev), "{:?}", j.steps);
-    assert_eq!(j.rdma_device.as_deref(), Some(rdma.as_str()));
+    let pos = |kind: &str| j.steps.iter().position(|x| x.kind() == kind).unwrap();
+    assert!(pos("rdma") < pos("move"), "{:?}", j.steps);
+    assert_eq!(j.rdma_device(), Some(rdma.as_str()));
 
     let res = w.run("ADD", "c1x", pod.netns(), &w.conf(1, None));
     assert!(res.is_err(), "net1 taken in the pod");
@@ -203,6 +203,7 @@ fn failed_rdma_move_rolls_back_before_the_netdev_moves() {
     assert!(JournalStore::new(w.host.root().join("state"))
         .list()
         .unwrap()
+        .0
         .is_empty());
 }
 
@@ -262,6 +263,7 @@ fn del_with_a_failing_rdma_return_keeps_the_journal_and_a_retry_finishes() {
 #[test]
 fn del_after_the_pod_netns_died_needs_no_rdma_move() {
     let w = World::new(NetnsMode::Exclusive);
+    let before = w.host.snapshot();
     let pod = w.host.new_pod();
     let conf = w.conf(1, None);
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
@@ -269,6 +271,11 @@ fn del_after_the_pod_netns_died_needs_no_rdma_move() {
     let moves = w.mem.calls(RdmaOp::MoveToNetns);
     pod.delete().unwrap();
     w.mem.remove_netns(key); // the kernel returns the device to init_net
+                             // ... and the VF netdev (a veth would be destroyed: re-created as the kernel
+                             // returns it).
+    w.host
+        .return_destroyed_vf_netdev(1, "net1", &before)
+        .unwrap();
     w.run("DEL", "c1", pod.path.to_str().unwrap(), &conf)
         .unwrap();
     assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), moves, "no move attempted");

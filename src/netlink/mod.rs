@@ -20,11 +20,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use tokio::runtime::Runtime;
 
 /// `EOPNOTSUPP` (include/uapi/asm-generic/errno.h): the driver lacks the ndo.
-pub const EOPNOTSUPP: i32 = 95;
+pub const EOPNOTSUPP: i32 = nix::errno::Errno::EOPNOTSUPP as i32;
 /// `ENODEV`: no such device.
-pub const ENODEV: i32 = 19;
-/// `EEXIST`: already exists.
-pub const EEXIST: i32 = 17;
+pub const ENODEV: i32 = nix::errno::Errno::ENODEV as i32;
 
 /// A failed netlink operation: what was attempted and the kernel's errno if any.
 #[derive(Debug, Clone)]
@@ -229,19 +227,13 @@ impl Netlink {
         self.set(format!("rename link {index} to {name}"), m)
     }
 
-    /// Moves the link into the namespace `ns_fd` (IFLA_NET_NS_FD).
-    pub fn move_to_netns(&self, index: u32, ns_fd: BorrowedFd<'_>) -> Result<(), NlError> {
-        let m = LinkMessageBuilder::<LinkUnspec>::new()
-            .index(index)
-            .setns_by_fd(ns_fd.as_raw_fd())
-            .build();
-        self.set(format!("move link {index} to another network namespace"), m)
-    }
-
     /// Moves the link into namespace `ns_fd` and gives it `name` there, in one
-    /// RTM_SETLINK (the kernel's `do_setlink()` passes IFLA_IFNAME to
-    /// `__dev_change_net_namespace()`), so no temporary name is ever visible to udev.
-    /// `EEXIST` when `name` is taken in the target namespace; nothing changes then.
+    /// RTM_SETLINK, so no temporary name is ever visible to udev. Not atomic in the
+    /// kernel: `do_setlink()` calls `__dev_change_net_namespace()`, which uses `name` only
+    /// when the link's current name is taken in the target, and then renames. So
+    /// `EEXIST` means either that nothing moved (both names taken in the target) or that
+    /// the link moved under its current name and the rename failed: callers find the
+    /// link by identity to tell (`plugin::steps`).
     pub fn move_to_netns_named(
         &self,
         index: u32,

@@ -1,10 +1,11 @@
 //! CHECK (SPEC.md "CHECK"): the attachment exists and is as configured.
 
+use super::steps::{resolve_pod, PodNs};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
 use crate::netlink::Netlink;
-use crate::netns::NetNs;
+use crate::types::format_hwaddr;
 
 fn fail(msg: impl Into<String>) -> CniError {
     CniError::new(code::CHECK_FAILED, msg)
@@ -29,8 +30,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     let id = format!("{}/{}", env.container_id, env.ifname);
     let j = ctx
         .store
-        .load(&env.container_id, &env.ifname)
-        .map_err(|e| CniError::new(code::IO_FAILURE, format!("reading journal: {e}")))?
+        .load(&env.container_id, &env.ifname)?
         .ok_or_else(|| {
             fail(format!(
                 "no attachment {id}: no journal in {}",
@@ -49,20 +49,32 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         }
     }
     let netns = env.netns.as_deref().unwrap_or_default();
-    let ns = NetNs::open(netns).map_err(|e| fail(format!("{id}: {e}")))?;
+    let PodNs::Live(pod) = resolve_pod(&j, Some(netns))? else {
+        return Err(fail(format!(
+            "{id}: {netns} is not the network namespace ADD attached the VF to"
+        )));
+    };
 
-    if !j.vfio {
-        let nl = Netlink::open_in(&ns).map_err(|e| CniError::host(e.to_string()))?;
+    if let Some((nid, _, _, pod_ifindex)) = j.netdev() {
+        let nl = pod.nl()?;
         let link = nl
-            .link_by_name(&env.ifname)
-            .map_err(|e| CniError::host(e.to_string()))?
+            .link_by_name(&env.ifname)?
             .ok_or_else(|| fail(format!("{} does not exist in {netns}", env.ifname)))?;
+        if Some(link.index) != pod_ifindex || format_hwaddr(&link.address) != nid.hwaddr {
+            return Err(fail(format!(
+                "{} in {netns} is not the netdev of VF {} (ifindex {}, address {}; expected ifindex {:?}, address {})",
+                env.ifname,
+                j.vf,
+                link.index,
+                format_hwaddr(&link.address),
+                pod_ifindex,
+                nid.hwaddr
+            )));
+        }
         if !link.up {
             return Err(fail(format!("{} in {netns} is down", env.ifname)));
         }
-        let have = nl
-            .addresses(link.index)
-            .map_err(|e| CniError::host(e.to_string()))?;
+        let have = nl.addresses(link.index)?;
         for ip in &prev.ips {
             if !have.contains(&ip.address) {
                 return Err(fail(format!(
@@ -72,14 +84,12 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
             }
         }
     }
-    if j.has(crate::journal::Step::RdmaMove) {
-        if let Some(name) = j.rdma_device.as_deref() {
-            if !super::rdma::in_pod(ctx, name, &ns)? {
-                return Err(fail(format!(
-                    "RDMA device {name} of VF {} is not in {netns}",
-                    j.vf
-                )));
-            }
+    if let Some(name) = j.rdma_device() {
+        if !super::rdma::in_pod(ctx, name, &pod.ns)? {
+            return Err(fail(format!(
+                "RDMA device {name} of VF {} is not in {netns}",
+                j.vf
+            )));
         }
     }
     if let Some(Ipam::External(d)) = &ipam {
@@ -100,9 +110,9 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         }
     }
 
-    let host_nl = Netlink::open().map_err(|e| CniError::host(e.to_string()))?;
+    let host_nl = Netlink::open()?;
     let view = PfView::for_journal(&host_nl, &ctx.sysfs, &j);
-    let st = view.read().map_err(CniError::host)?;
+    let st = view.read()?;
     if let (Some(want), Some((have, _))) = (conf.link_state, st.link_state) {
         if want != have {
             return Err(fail(format!(

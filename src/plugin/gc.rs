@@ -12,6 +12,7 @@
 //! not stop the sweep; they are all reported in one error (see `del::combine`: code 11
 //! when every failure was a lock timeout, else 102, each failure in `details`).
 
+use super::steps::Host;
 use super::{del, ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
 use crate::failpoint::hit;
@@ -71,8 +72,23 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
     // 1. Journals of this network that no valid attachment owns.
     let mut restored = 0;
     match ctx.store.list() {
-        Ok(journals) => {
+        Ok((journals, unreadable)) => {
+            for e in unreadable {
+                log::warn!("GC: {e}");
+            }
+            let host = if journals.is_empty() {
+                None
+            } else {
+                match Host::open(&ctx.sysfs) {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        errs.push(e);
+                        None
+                    }
+                }
+            };
             for j in journals {
+                let Some(host) = &host else { break };
                 if j.network != conf.name
                     || valid.contains(&(j.container_id.clone(), j.ifname.clone()))
                 {
@@ -84,9 +100,11 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                     j.ifname,
                     j.vf
                 );
-                match del::teardown_with(ctx, &j, j.netns.as_deref(), false)
-                    .and_then(|_| hit("gc.journal"))
-                {
+                let r = ctx.lock_vf(j.vf).and_then(|_lock| {
+                    del::teardown_locked(ctx, host, &j, None, false)?;
+                    hit("gc.journal")
+                });
+                match r {
                     Ok(()) => restored += 1,
                     Err(e) => errs.push(CniError {
                         msg: format!("{}/{} (VF {}): {}", j.container_id, j.ifname, j.vf, e.msg),
@@ -95,10 +113,7 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                 }
             }
         }
-        Err(e) => errs.push(CniError::new(
-            code::IO_FAILURE,
-            format!("listing journals in {}: {e}", ctx.store.dir().display()),
-        )),
+        Err(e) => errs.push(e.into()),
     }
 
     // 2. IPAM.

@@ -4,9 +4,11 @@
 mod add;
 mod check;
 mod del;
+pub mod errors;
 pub mod gc;
 pub mod rdma;
 pub mod status;
+pub mod steps;
 pub mod vfattr;
 
 use crate::cni::{code, CniEnv, CniError, Command, Delegate};
@@ -45,29 +47,37 @@ pub enum Ipam {
     External(Delegate),
 }
 
+/// The IPAM of a configuration, parsed before any host change: `None` without `ipam`;
+/// the built-in allocator for `ib-sriov-ipam`; else a delegated plugin found on
+/// `cni_path`. Errors (code 7): `dhcp`, a missing `type`, a plugin not on `cni_path`, a
+/// malformed built-in configuration.
+pub fn ipam_for(conf: &NetConf, cni_path: &[String]) -> Result<Option<Ipam>, CniError> {
+    let Some(v) = &conf.ipam else {
+        return Ok(None);
+    };
+    let t = v.get("type").and_then(Value::as_str).unwrap_or("");
+    if t == BUILTIN_TYPE {
+        return IpamConfig::from_json(v)
+            .map(|c| Some(Ipam::Builtin(c)))
+            .map_err(ipam_error);
+    }
+    if t == "dhcp" {
+        return Err(CniError::config(
+            "ipam type \"dhcp\" is not supported: the dhcp plugin needs a daemon that reaches into the pod netns, which an IB VF cannot serve; use ib-sriov-ipam, host-local, whereabouts or nv-ipam",
+        ));
+    }
+    if t.is_empty() {
+        return Err(CniError::config(
+            "ipam.type is missing: use \"ib-sriov-ipam\" (built in) or the name of an IPAM plugin on CNI_PATH",
+        ));
+    }
+    Delegate::find(t, cni_path).map(|d| Some(Ipam::External(d)))
+}
+
 impl Ctx<'_> {
-    /// Parses the IPAM configuration (before any host change).
+    /// Parses this call's IPAM configuration (see [`ipam_for`]).
     pub fn ipam(&self) -> Result<Option<Ipam>, CniError> {
-        let Some(v) = &self.conf.ipam else {
-            return Ok(None);
-        };
-        let t = v.get("type").and_then(Value::as_str).unwrap_or("");
-        if t == BUILTIN_TYPE {
-            return IpamConfig::from_json(v)
-                .map(|c| Some(Ipam::Builtin(c)))
-                .map_err(ipam_error);
-        }
-        if t == "dhcp" {
-            return Err(CniError::config(
-                "ipam type \"dhcp\" is not supported: the dhcp plugin needs a daemon that reaches into the pod netns, which an IB VF cannot serve; use ib-sriov-ipam, host-local, whereabouts or nv-ipam",
-            ));
-        }
-        if t.is_empty() {
-            return Err(CniError::config(
-                "ipam.type is missing: use \"ib-sriov-ipam\" (built in) or the name of an IPAM plugin on CNI_PATH",
-            ));
-        }
-        Delegate::find(t, &self.env.path).map(|d| Some(Ipam::External(d)))
+        ipam_for(self.conf, &self.env.path)
     }
 
     /// Runs the delegated IPAM plugin with `command`, this invocation's environment and
@@ -127,5 +137,44 @@ pub fn run_with(
         Command::Version => Ok(Some(crate::cni::version_reply(Some(
             conf.cni_version.as_str(),
         )))),
+    }
+}
+
+/// DEL whose configuration does not parse (SPEC.md DEL must succeed for what was never
+/// made): the journal of (containerID, ifname) is looked up in the configuration's
+/// `stateDir` when the input is JSON with an absolute one, else in the default; with a
+/// journal, DEL runs with the configuration ADD received (journaled); without one, ADD
+/// made nothing and DEL succeeds, logging why the configuration was refused.
+pub fn del_unparsed(env: &CniEnv, stdin: &[u8], err: &CniError) -> Result<(), CniError> {
+    let dir = serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| {
+            v.get("stateDir")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .filter(|d| std::path::Path::new(d).is_absolute())
+        .unwrap_or_else(|| crate::config::DEFAULT_STATE_DIR.to_string());
+    let store = JournalStore::new(&dir);
+    match store.load(&env.container_id, &env.ifname)? {
+        Some(j) => {
+            log::warn!(
+                "DEL of {}/{}: the configuration is refused ({err}); using the one ADD journaled",
+                env.container_id,
+                env.ifname
+            );
+            let raw = serde_json::to_vec(&j.conf)
+                .map_err(|e| CniError::internal(format!("encoding the journaled config: {e}")))?;
+            let conf = NetConf::parse(&raw)?;
+            run(env, &conf).map(|_| ())
+        }
+        None => {
+            log::warn!(
+                "DEL of {}/{}: the configuration is refused ({err}) and there is no journal in {dir}: nothing was made, nothing to do",
+                env.container_id,
+                env.ifname
+            );
+            Ok(())
+        }
     }
 }

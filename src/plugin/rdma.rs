@@ -28,6 +28,7 @@ impl RdmaProvider for KernelRdma {
     }
 }
 
+#[cfg(any(test, feature = "test-doubles"))]
 impl RdmaProvider for crate::rdma::MemoryRdma {
     fn open(&self) -> Result<Box<dyn RdmaOps>, RdmaError> {
         let here = crate::rdma::NetnsKey::of_path("/proc/thread-self/ns/net")?;

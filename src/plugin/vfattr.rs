@@ -4,6 +4,7 @@
 //! where they exist. The mechanism that worked is recorded in the journal ([`Via`]) so
 //! the undo goes the same way.
 
+use crate::cni::CniError;
 use crate::journal::Via;
 use crate::netlink::vf::{GuidKind, VfConfig};
 use crate::netlink::{Link, Netlink, NlError};
@@ -72,7 +73,7 @@ impl<'a> PfView<'a> {
 
     /// Reads link state and GUIDs: PF VF-info over netlink, else the OFED files.
     /// (The IPoIB-address fallback for the port GUID is the caller's: it needs the netdev.)
-    pub fn read(&self) -> Result<VfState, String> {
+    pub fn read(&self) -> Result<VfState, CniError> {
         let nl = self.netlink_config();
         let mut st = VfState::default();
         if let Some(c) = &nl {
@@ -81,7 +82,10 @@ impl<'a> PfView<'a> {
             st.port_guid = c.port_guid.map(|g| (g, Via::Netlink));
         }
         let io = |what: &str, e: std::io::Error| {
-            format!("reading {what} of VF {} on PF {}: {e}", self.vf, self.pf)
+            CniError::host(format!(
+                "reading {what} of VF {} on PF {}: {e}",
+                self.vf, self.pf
+            ))
         };
         if st.link_state.is_none() {
             st.link_state = self
@@ -111,28 +115,67 @@ impl<'a> PfView<'a> {
         self.sysfs.ofed_dir(self.pf, self.vf).is_some()
     }
 
-    fn unsupported(&self, what: &str, e: &NlError) -> String {
-        format!(
+    fn unsupported(&self, what: &str, e: &NlError) -> CniError {
+        CniError::host(format!(
             "cannot set {what} of VF {} on PF {}: the PF driver does not support it over netlink ({e}) and there is no MLNX_OFED sysfs directory {}/sriov/{}",
             self.vf,
             self.pf,
             self.sysfs.pci_device_dir(self.pf).display(),
             self.vf
-        )
+        ))
     }
 
     /// Sets the link state; `prefer` is the mechanism to try first (from the journal).
     /// Returns the mechanism that worked.
-    pub fn set_link_state(&self, state: LinkState, prefer: Option<Via>) -> Result<Via, String> {
+    pub fn set_link_state(&self, state: LinkState, prefer: Option<Via>) -> Result<Via, CniError> {
         let via_ofed = || {
             self.sysfs
                 .write_ofed_policy(self.pf, self.vf, state)
                 .map(|_| Via::Ofed)
                 .map_err(|e| {
-                    format!(
+                    CniError::host(format!(
                         "writing OFED policy {} of VF {}: {e}",
                         state.to_ofed_policy(),
                         self.vf
+                    ))
+                })
+        };
+        if prefer == Some(Via::Ofed) && self.has_ofed() {
+            return via_ofed();
+        }
+        let Some(pf) = &self.pf_link else {
+            return if self.has_ofed() {
+                via_ofed()
+            } else {
+                Err(CniError::host(format!(
+                    "cannot set link state of VF {}: PF {} has no netdev in this network namespace and no MLNX_OFED sriov directory",
+                    self.vf, self.pf
+                )))
+            };
+        };
+        match self.nl.set_vf_link_state(pf, self.vf, state) {
+            Ok(()) => Ok(Via::Netlink),
+            Err(e) if e.is_not_supported() && self.has_ofed() => via_ofed(),
+            Err(e) if e.is_not_supported() => Err(self.unsupported("link state", &e)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets one GUID; returns the mechanism that worked.
+    pub fn set_guid(
+        &self,
+        kind: GuidKind,
+        guid: Guid,
+        prefer: Option<Via>,
+    ) -> Result<Via, CniError> {
+        let via_ofed = || {
+            self.sysfs
+                .write_ofed_guid(self.pf, self.vf, sysfs_kind(kind), guid)
+                .map(|_| Via::Ofed)
+                .map_err(|e| {
+                    CniError::host(
+                        format!("writing OFED {kind:?} GUID {guid} of VF {}: {e}", self.vf)
+                            .to_lowercase(),
                     )
                 })
         };
@@ -143,54 +186,22 @@ impl<'a> PfView<'a> {
             return if self.has_ofed() {
                 via_ofed()
             } else {
-                Err(format!(
-                    "cannot set link state of VF {}: PF {} has no netdev in this network namespace and no MLNX_OFED sriov directory",
-                    self.vf, self.pf
-                ))
-            };
-        };
-        match self.nl.set_vf_link_state(pf, self.vf, state) {
-            Ok(()) => Ok(Via::Netlink),
-            Err(e) if e.is_not_supported() && self.has_ofed() => via_ofed(),
-            Err(e) if e.is_not_supported() => Err(self.unsupported("link state", &e)),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// Sets one GUID; returns the mechanism that worked.
-    pub fn set_guid(&self, kind: GuidKind, guid: Guid, prefer: Option<Via>) -> Result<Via, String> {
-        let via_ofed = || {
-            self.sysfs
-                .write_ofed_guid(self.pf, self.vf, sysfs_kind(kind), guid)
-                .map(|_| Via::Ofed)
-                .map_err(|e| {
-                    format!("writing OFED {kind:?} GUID {guid} of VF {}: {e}", self.vf)
-                        .to_lowercase()
-                })
-        };
-        if prefer == Some(Via::Ofed) && self.has_ofed() {
-            return via_ofed();
-        }
-        let Some(pf) = &self.pf_link else {
-            return if self.has_ofed() {
-                via_ofed()
-            } else {
-                Err(format!(
+                Err(CniError::host(format!(
                     "cannot set GUID of VF {}: PF {} has no netdev in this network namespace and no MLNX_OFED sriov directory",
                     self.vf, self.pf
-                ))
+                )))
             };
         };
         match self.nl.set_vf_guid(pf, self.vf, kind, guid) {
             Ok(()) => Ok(Via::Netlink),
             Err(e) if e.is_not_supported() && self.has_ofed() => via_ofed(),
             Err(e) if e.is_not_supported() => Err(self.unsupported("GUID", &e)),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Sets node then port GUID (separate operations, as `do_setvfinfo()` requires).
-    pub fn set_guids(&self, node: Guid, port: Guid, prefer: Option<Via>) -> Result<Via, String> {
+    pub fn set_guids(&self, node: Guid, port: Guid, prefer: Option<Via>) -> Result<Via, CniError> {
         let via = self.set_guid(GuidKind::Node, node, prefer)?;
         self.set_guid(GuidKind::Port, port, Some(via))
     }

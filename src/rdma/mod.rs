@@ -39,34 +39,36 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 pub mod codec;
+#[cfg(any(test, feature = "test-doubles"))]
 mod memory;
 mod socket;
 
+#[cfg(any(test, feature = "test-doubles"))]
 pub use memory::{MemoryRdma, NetnsKey, RdmaOp};
 pub use socket::RdmaSocket;
 
-/// `errno` values used when mapping kernel answers (Linux generic values,
-/// `include/uapi/asm-generic/errno-base.h` / `errno.h`; checked against this
-/// machine's libc headers).
+/// `errno` values used when mapping kernel answers, from `nix::errno::Errno` (the
+/// platform's libc values; Linux generic values, `include/uapi/asm-generic/errno*.h`).
 pub mod errno {
+    use nix::errno::Errno;
     /// Operation not permitted.
-    pub const EPERM: i32 = 1;
+    pub const EPERM: i32 = Errno::EPERM as i32;
     /// No such file or directory.
-    pub const ENOENT: i32 = 2;
+    pub const ENOENT: i32 = Errno::ENOENT as i32;
     /// Interrupted system call.
-    pub const EINTR: i32 = 4;
+    pub const EINTR: i32 = Errno::EINTR as i32;
     /// Bad file descriptor.
-    pub const EBADF: i32 = 9;
+    pub const EBADF: i32 = Errno::EBADF as i32;
     /// Device or resource busy.
-    pub const EBUSY: i32 = 16;
+    pub const EBUSY: i32 = Errno::EBUSY as i32;
     /// No such device.
-    pub const ENODEV: i32 = 19;
+    pub const ENODEV: i32 = Errno::ENODEV as i32;
     /// Invalid argument.
-    pub const EINVAL: i32 = 22;
+    pub const EINVAL: i32 = Errno::EINVAL as i32;
     /// Protocol not supported (socket(2) for an unknown netlink protocol).
-    pub const EPROTONOSUPPORT: i32 = 93;
+    pub const EPROTONOSUPPORT: i32 = Errno::EPROTONOSUPPORT as i32;
     /// Operation not supported.
-    pub const EOPNOTSUPP: i32 = 95;
+    pub const EOPNOTSUPP: i32 = Errno::EOPNOTSUPP as i32;
 }
 
 /// Network-namespace mode of the RDMA subsystem

@@ -102,7 +102,7 @@ impl Lab {
     pub fn journals(&self) -> Vec<String> {
         list(&self.state)
             .into_iter()
-            .filter(|n| n != "locks")
+            .filter(|n| n != "locks" && n != "vfs")
             .collect()
     }
 
