@@ -82,7 +82,20 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     }
 
     // 3. The VF is free, the pod's interface name too.
+    let mut known_id = None;
     match ctx.store.holder(vf_addr, (&env.container_id, &env.ifname))? {
+        Some(Ok(j)) if matches!(steps::resolve_pod(&j, None)?, PodNs::Gone) => {
+            // Its pod is gone and the runtime has not sent DEL yet (or it failed while
+            // the kernel was returning the VF): finish that DEL's work now. Code 11 when
+            // the VF is not back yet.
+            log::warn!(
+                "VF {vf_addr} is held by {}/{}, whose network namespace is gone: restoring it first",
+                j.container_id,
+                j.ifname
+            );
+            super::del::teardown_locked(ctx, &host, &j, None, true)?;
+            known_id = j.netdev().map(|(id, ..)| id.clone());
+        }
         Some(Ok(j)) => {
             return Err(CniError::new(
                 code::DEVICE_BUSY,
@@ -109,7 +122,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 env.ifname
             )));
         }
-        let l = steps::find_in_host(&host, vf_addr, None)?.ok_or_else(|| {
+        let l = steps::find_in_host(&host, vf_addr, known_id.as_ref())?.ok_or_else(|| {
             CniError::config(format!(
                 "VF {vf_addr} has no netdev in the host network namespace ({}/net is empty): it may be attached to another pod, or its driver is not loaded",
                 ctx.sysfs.pci_device_dir(vf_addr).display()
