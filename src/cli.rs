@@ -1,10 +1,23 @@
 //! The executable's entry: read environment and stdin, run the command, print the result
 //! or the error JSON on stdout, exit non-zero on error (SPEC.md "Result", "Error").
-//! A panic is caught and reported as a CNI error (code 100), never as raw text on stdout.
+//! A panic is caught and reported as a CNI error (code 100), never as raw text on stdout
+//! (the panic message goes to the log, see [`crate::logging::emergency`]).
+//!
+//! Checked here, before anything else happens:
+//! - stdin is read up to [`MAX_STDIN`] bytes; a larger input is refused with code 6
+//!   before any parsing (a network configuration is a few KiB; an unbounded read and
+//!   parse of a huge one costs about 30 times its size in memory);
+//! - a process started with [`DELEGATED_ENV`] set (this plugin run as the IPAM plugin of
+//!   itself, through a copy or wrapper under another name) fails at once with code 7 for
+//!   every command but VERSION, so a delegation loop stops after one fork.
 
+use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
 use std::io::{Read, Write};
+
+/// Largest accepted network configuration on stdin: 4 MiB.
+pub const MAX_STDIN: u64 = 4 << 20;
 
 fn emit(v: &serde_json::Value) {
     let mut out = std::io::stdout().lock();
@@ -14,13 +27,43 @@ fn emit(v: &serde_json::Value) {
 }
 
 fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
-    let env = CniEnv::from_process()?;
+    let is_del = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "DEL");
+    let env = match CniEnv::from_process() {
+        Ok(env) => env,
+        // DEL of an attachment whose container ID or interface name ADD would have
+        // refused: ADD made nothing, so there is nothing to delete (SPEC.md DEL).
+        Err(e) if is_del => {
+            crate::logging::init(log::LevelFilter::Info, None, "DEL".into());
+            log::warn!(
+                "DEL with an environment ADD refuses ({e}): nothing was made, nothing to do"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     if env.command == Command::Version {
         return Ok(Some(crate::cni::version_reply(
             sniff_version(stdin).as_deref(),
         )));
     }
-    let conf = NetConf::parse(stdin)?;
+    let conf = match NetConf::parse_for(stdin, env.command) {
+        Ok(c) => c,
+        // DEL with a configuration ADD refuses: the journal (if any) holds ADD's.
+        Err(e) if env.command == Command::Del => {
+            crate::logging::init(
+                log::LevelFilter::Info,
+                None,
+                format!("DEL {}/{}", env.container_id, env.ifname),
+            );
+            hold_termination_signals();
+            let r = crate::plugin::del_unparsed(&env, stdin, &e);
+            if let Err(e) = &r {
+                log::error!("DEL failed: {e}");
+            }
+            return r.map(|_| None);
+        }
+        Err(e) => return Err(e),
+    };
     crate::logging::init(
         conf.log_level,
         conf.log_file.as_deref(),
@@ -31,6 +74,9 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
             env.ifname
         ),
     );
+    for seg in env.args.skipped() {
+        log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");
+    }
     log::debug!("config: {}", conf.raw);
     if matches!(env.command, Command::Add | Command::Del | Command::Gc) {
         hold_termination_signals();
@@ -125,14 +171,45 @@ fn manual_run() -> Option<i32> {
     None
 }
 
+/// The error for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,
+/// any value) with a `CNI_COMMAND` other than VERSION; `None` otherwise.
+fn delegation_loop() -> Option<CniError> {
+    std::env::var_os(DELEGATED_ENV)?;
+    if std::env::var_os("CNI_COMMAND").is_some_and(|c| c == "VERSION") {
+        return None;
+    }
+    Some(CniError::config(
+        "ib-sriov was invoked as an IPAM plugin of ib-sriov (delegation loop): ipam.type names this plugin under another name; use \"ib-sriov-ipam\" for the built-in allocator or a real IPAM plugin",
+    ))
+}
+
 /// Runs the plugin; returns the process exit code (0 success, 1 error; see
 /// [`manual_run`] for a run by hand).
 pub fn main() -> i32 {
     if let Some(rc) = manual_run() {
         return rc;
     }
+    std::panic::set_hook(Box::new(|info| {
+        crate::logging::emergency(&format!("panic: {info}"))
+    }));
     let mut stdin = Vec::new();
-    let read = std::io::stdin().read_to_end(&mut stdin);
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut stdin);
+    if stdin.len() as u64 > MAX_STDIN {
+        emit(
+            &CniError::new(
+                code::DECODE_FAILURE,
+                format!(
+                    "the network configuration on stdin is larger than {} MiB ({MAX_STDIN} bytes); refused before parsing",
+                    MAX_STDIN >> 20
+                ),
+            )
+            .to_json(Version::LATEST.as_str()),
+        );
+        return 1;
+    }
     let version = sniff_version(&stdin)
         .filter(|v| crate::cni::parse_version(v).is_ok())
         .unwrap_or_else(|| Version::LATEST.as_str().to_string());
@@ -140,7 +217,11 @@ pub fn main() -> i32 {
         emit(&CniError::new(code::IO_FAILURE, format!("reading stdin: {e}")).to_json(&version));
         return 1;
     }
-    // Panics print their message on stderr (the default hook) and become code 100 here.
+    if let Some(e) = delegation_loop() {
+        emit(&e.to_json(&version));
+        return 1;
+    }
+    // A panic's message goes to the log (the hook above) and the panic becomes code 100 here.
     let result = std::panic::catch_unwind(|| run(&stdin));
     match result {
         Ok(Ok(Some(v))) => {

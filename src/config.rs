@@ -4,7 +4,7 @@
 //!
 //! Every key is documented in README.md, "Configuration reference".
 
-use crate::cni::{parse_version, CniError, CniOutput, Version};
+use crate::cni::{parse_version, CniError, CniOutput, Command, Version};
 use crate::types::{Guid, LinkState, PciAddress};
 use serde::Deserialize;
 use serde_json::Value;
@@ -115,7 +115,10 @@ pub struct NetConf {
     pub log_file: Option<PathBuf>,
     /// `stateDir`: journals and VF locks (default [`DEFAULT_STATE_DIR`]).
     pub state_dir: PathBuf,
-    /// `prevResult`, read in any supported version.
+    /// `prevResult`, read in any supported version; decoded only when the verb is CHECK
+    /// (SPEC.md: only CHECK uses it; ADD and DEL may receive one and must not fail on
+    /// it). For the other verbs it is `None` and the value stays, undecoded, in
+    /// [`NetConf::raw`] (forwarded to delegated plugins as received).
     pub prev_result: Option<CniOutput>,
     /// `lockTimeoutMs`: how long to wait for the per-VF and IPAM locks before giving up
     /// with code 11 (default [`DEFAULT_LOCK_TIMEOUT_MS`]).
@@ -125,12 +128,38 @@ pub struct NetConf {
 }
 
 /// Reads just `cniVersion` from stdin bytes, for error replies before full parsing.
+/// Only that key is materialised (the rest is skipped by serde, not built into a tree),
+/// so this costs no more memory than the input. `None` when stdin is not a JSON object
+/// or `cniVersion` is not a string.
 pub fn sniff_version(stdin: &[u8]) -> Option<String> {
-    serde_json::from_slice::<Value>(stdin)
+    #[derive(Deserialize)]
+    struct OnlyVersion {
+        #[serde(rename = "cniVersion")]
+        cni_version: Option<Value>,
+    }
+    match serde_json::from_slice::<OnlyVersion>(stdin)
         .ok()?
-        .get("cniVersion")?
-        .as_str()
-        .map(str::to_string)
+        .cni_version?
+    {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Checks the network `name`: it names the built-in IPAM store's directory
+/// `<dataDir>/<name>` (README "Built-in IPAM"), so it must be one safe path component:
+/// non-empty, at most 255 bytes (`NAME_MAX`), not `.` or `..`, without `/`, NUL or any
+/// control character (rules of [`crate::ipam::validate_network_name`]). Checked for every
+/// verb at parse time, before anything touches the filesystem (STATUS and GC included).
+///
+/// Errors: code 7 naming the value.
+pub fn validate_name(name: &str) -> Result<(), CniError> {
+    crate::ipam::validate_network_name(name).map_err(|e| {
+        CniError::config(format!(
+            "name: {} (the network name is used as a directory name)",
+            e.message()
+        ))
+    })
 }
 
 fn opt_bool(v: &Option<Value>, key: &str) -> Result<Option<bool>, CniError> {
@@ -201,11 +230,33 @@ fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
 }
 
 impl NetConf {
-    /// Parses and validates stdin.
+    /// Parses and validates stdin for `command`: as [`NetConf::parse`], except that
+    /// `prevResult` is decoded (and a malformed one refused) only for CHECK; the other
+    /// verbs ignore it (SPEC.md: "ADD and DEL may receive a prevResult and must not fail
+    /// on it"; GC and STATUS have no use for it). This is what the executable uses.
+    ///
+    /// Errors: as [`NetConf::parse`].
+    pub fn parse_for(stdin: &[u8], command: Command) -> Result<NetConf, CniError> {
+        Self::parse_inner(stdin, command == Command::Check)
+    }
+
+    /// Parses and validates stdin, decoding `prevResult` when present (what CHECK
+    /// needs; in-process callers that know the verb use [`NetConf::parse_for`]).
+    ///
+    /// Every rule that makes a value safe to use is checked here, for every verb, before
+    /// anything touches the host: `name` ([`validate_name`]); `logFile`, `stateDir`,
+    /// `runtimeConfig.CNIDeviceInfoFile` and the built-in IPAM's `ipam.dataDir` are
+    /// absolute paths without NUL; an existing `logFile` is a regular file that is not
+    /// stdout ([`crate::logging::check_log_file`]). (`ipam.type` naming this plugin is
+    /// refused where the delegate is looked up, [`crate::cni::Delegate::find`].)
     ///
     /// Errors: code 6 when stdin is not a JSON object; code 1 for an unsupported
     /// `cniVersion`; code 7 for every invalid key, naming the key and the expected form.
     pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
+        Self::parse_inner(stdin, true)
+    }
+
+    fn parse_inner(stdin: &[u8], decode_prev_result: bool) -> Result<NetConf, CniError> {
         let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
             CniError::new(
                 crate::cni::code::DECODE_FAILURE,
@@ -218,7 +269,7 @@ impl NetConf {
                 "the network configuration on stdin is not a JSON object",
             ));
         }
-        let rc: RawConf = serde_json::from_value(raw.clone())
+        let rc = RawConf::deserialize(&raw)
             .map_err(|e| CniError::config(format!("invalid network configuration: {e}")))?;
         let ver = rc
             .cni_version
@@ -230,6 +281,7 @@ impl NetConf {
             .clone()
             .filter(|n| !n.is_empty())
             .ok_or_else(|| CniError::config("name is missing"))?;
+        validate_name(&name)?;
         if rc.plugin_type.as_deref().unwrap_or("").is_empty() {
             return Err(CniError::config("type is missing"));
         }
@@ -302,6 +354,10 @@ impl NetConf {
                     Some(t) if !t.is_empty() => {}
                     _ => return Err(CniError::config("ipam.type is missing")),
                 }
+                if crate::ipam::is_builtin(&v) {
+                    crate::ipam::validate_data_dir(v.get("dataDir"))
+                        .map_err(|e| CniError::config(format!("ipam.{}", e.message())))?;
+                }
                 Some(v)
             }
             Some(other) => {
@@ -327,18 +383,20 @@ impl NetConf {
             }
         };
         let log_file = abs_path(rc.log_file.as_deref(), "logFile")?;
+        if let Some(p) = &log_file {
+            crate::logging::check_log_file(p)
+                .map_err(|e| CniError::config(format!("logFile {}: {e}", p.display())))?;
+        }
         let state_dir = abs_path(rc.state_dir.as_deref(), "stateDir")?
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let device_info_file = abs_path(
             rt.device_info_file.as_deref(),
             "runtimeConfig.CNIDeviceInfoFile",
         )?;
-        let prev_result = rc
-            .prev_result
-            .as_ref()
-            .filter(|v| !v.is_null())
-            .map(CniOutput::from_json)
-            .transpose()?;
+        let prev_result = match rc.prev_result.as_ref().filter(|v| !v.is_null()) {
+            Some(v) if decode_prev_result => Some(CniOutput::from_json(v)?),
+            _ => None,
+        };
 
         let lock_timeout = match &rc.lock_timeout_ms {
             None | Some(Value::Null) => DEFAULT_LOCK_TIMEOUT_MS,
@@ -564,5 +622,102 @@ mod tests {
         let mut v = base();
         v.as_object_mut().unwrap().remove("deviceID");
         assert_eq!(parse(v).unwrap().validate_for_add().unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn unsafe_network_names_are_code_7_for_every_verb() {
+        let long = "n".repeat(256);
+        for bad in [
+            "a/b",
+            "..",
+            ".",
+            "",
+            "x\ny",
+            "tab\there",
+            "nul\0",
+            long.as_str(),
+        ] {
+            let mut v = base();
+            v["name"] = json!(bad);
+            for cmd in [
+                Command::Add,
+                Command::Del,
+                Command::Check,
+                Command::Gc,
+                Command::Status,
+            ] {
+                let e = NetConf::parse_for(v.to_string().as_bytes(), cmd).unwrap_err();
+                assert_eq!(e.code, 7, "{bad:?} {cmd:?}");
+                assert!(e.msg.contains("name"), "{bad:?}: {}", e.msg);
+            }
+        }
+        let mut v = base();
+        v["name"] = json!("n".repeat(255));
+        parse(v).unwrap();
+    }
+
+    #[test]
+    fn prev_result_is_decoded_only_for_check() {
+        let mut v = base();
+        v["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "not-an-ip"}]});
+        let stdin = v.to_string();
+        for cmd in [Command::Add, Command::Del, Command::Gc, Command::Status] {
+            let c = NetConf::parse_for(stdin.as_bytes(), cmd).unwrap();
+            assert!(c.prev_result.is_none(), "{cmd:?}");
+            assert_eq!(c.raw["prevResult"], v["prevResult"], "kept raw");
+        }
+        assert!(NetConf::parse_for(stdin.as_bytes(), Command::Check).is_err());
+        v["prevResult"] = json!("garbage");
+        NetConf::parse_for(v.to_string().as_bytes(), Command::Del).unwrap();
+        v["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]});
+        let c = NetConf::parse_for(v.to_string().as_bytes(), Command::Check).unwrap();
+        assert_eq!(c.prev_result.unwrap().ips.len(), 1);
+    }
+
+    #[test]
+    fn paths_must_be_absolute_and_log_file_regular() {
+        for (k, bad) in [
+            ("logFile", "rel.log"),
+            ("logFile", "./x.log"),
+            ("stateDir", "state"),
+            ("stateDir", "../state"),
+        ] {
+            let mut v = base();
+            v[k] = json!(bad);
+            let e = parse(v).unwrap_err();
+            assert_eq!(e.code, 7, "{k}={bad}");
+            assert!(e.msg.contains(k) && e.msg.contains("absolute"), "{}", e.msg);
+        }
+        let mut v = base();
+        v["runtimeConfig"] = json!({"CNIDeviceInfoFile": "devinfo.json"});
+        let e = parse(v).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("CNIDeviceInfoFile"), "{e:?}");
+        for dd in [json!("data"), json!("./x"), json!(3)] {
+            let mut v = base();
+            v["ipam"] = json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/24", "dataDir": dd});
+            let e = parse(v).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("dataDir"), "{e:?}");
+        }
+        // An external IPAM plugin's dataDir is its own business.
+        let mut v = base();
+        v["ipam"] = json!({"type": "host-local", "subnet": "10.0.0.0/24", "dataDir": "rel"});
+        parse(v).unwrap();
+        for lf in ["/dev/null", "/dev/stdout", "/proc/self/fd/1", "/"] {
+            let mut v = base();
+            v["logFile"] = json!(lf);
+            let e = parse(v).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("logFile"), "{lf}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn sniff_version_reads_only_the_version() {
+        assert_eq!(
+            sniff_version(br#"{"x": [1, {"y": 2}], "cniVersion": "1.1.0"}"#).as_deref(),
+            Some("1.1.0")
+        );
+        assert_eq!(sniff_version(br#"{"cniVersion": 1}"#), None);
+        assert_eq!(sniff_version(b"[1]"), None);
+        assert_eq!(sniff_version(b"{nope"), None);
     }
 }

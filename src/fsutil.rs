@@ -1,10 +1,105 @@
-//! Durable file operations: atomic replace (temp file, fsync, rename, fsync directory)
-//! and bounded file locks (flock with a deadline).
+//! Durable file operations: atomic replace (temp file, fsync, rename, fsync directory),
+//! bounded file locks (flock with a deadline), and the safe open of a plugin-owned file.
+//!
+//! Every file the plugin opens by a path it did not just create itself (lock files,
+//! IPAM records, `last_reserved_ip.*`, the log file) goes through [`open_regular`]:
+//! `O_NOFOLLOW` (a planted symlink is refused, never followed: a dangling one at a lock
+//! path would otherwise make the plugin create its target), `O_NONBLOCK` (a FIFO in its
+//! place cannot hang the plugin: opening it for reading returns at once, for writing
+//! fails with `ENXIO`), `O_NOCTTY`, `O_CLOEXEC`, then `fstat`: anything but a regular
+//! file is refused with an error naming what it is ([`is_not_regular`]).
 
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// Why [`open_regular`] refused a path: what was found there instead of a regular file.
+/// Carried inside an [`io::Error`]; recognise it with [`is_not_regular`].
+#[derive(Debug)]
+pub struct NotRegular {
+    /// What the path is: `"symbolic link"`, `"FIFO"`, `"directory"`, ...
+    pub kind: &'static str,
+}
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "is a {}, not a regular file (refused)", self.kind)
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+/// True when `e` is [`open_regular`]'s refusal of a non-regular file ([`NotRegular`]).
+pub fn is_not_regular(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<NotRegular>())
+}
+
+fn not_regular(kind: &'static str) -> io::Error {
+    io::Error::other(NotRegular { kind })
+}
+
+/// The name of a file type from `st_mode` (`S_IFMT` bits), for messages.
+pub fn file_kind(st_mode: u32) -> &'static str {
+    match SFlag::from_bits_truncate(st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFREG => "regular file",
+        SFlag::S_IFDIR => "directory",
+        SFlag::S_IFLNK => "symbolic link",
+        SFlag::S_IFIFO => "FIFO",
+        SFlag::S_IFSOCK => "socket",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFBLK => "block device",
+        _ => "file of unknown type",
+    }
+}
+
+/// Opens `path` with `flags` (access mode and e.g. `O_CREAT`, `O_APPEND`) plus
+/// `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, creating it with `mode` (before the
+/// umask) when `O_CREAT` is given, and accepts it only if `fstat` says it is a regular
+/// file. Never blocks on a FIFO, never follows a symlink in the last component (earlier
+/// components, e.g. a symlinked `/var/lib`, are followed as usual).
+///
+/// Errors: [`NotRegular`] inside an [`io::Error`] (see [`is_not_regular`]) when the path
+/// is a symlink (`ELOOP` from `O_NOFOLLOW`), a FIFO or socket (`ENXIO` when opened for
+/// writing; the `fstat` check otherwise), a directory (`EISDIR` for writing) or any
+/// other non-regular file; any other open or fstat error as is.
+pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
+    let all = flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let fd = match open(path, all, Mode::from_bits_truncate(mode)) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ELOOP) => return Err(not_regular("symbolic link")),
+        Err(nix::errno::Errno::ENXIO) => return Err(not_regular("FIFO or socket")),
+        Err(nix::errno::Errno::EISDIR) => return Err(not_regular("directory")),
+        Err(e) => return Err(e.into()),
+    };
+    let st = fstat(&fd)?;
+    let kind = file_kind(st.st_mode);
+    if kind != "regular file" {
+        return Err(not_regular(kind));
+    }
+    Ok(File::from(fd))
+}
+
+/// Reads the whole regular file at `path` ([`open_regular`], read-only), refusing one
+/// larger than `max` bytes.
+///
+/// Errors: as [`open_regular`]; [`io::ErrorKind::InvalidData`] when the file holds more
+/// than `max` bytes (only `max + 1` bytes are ever read).
+pub fn read_regular_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let f = open_regular(path, OFlag::O_RDONLY, 0)?;
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(buf)
+}
 
 /// Writes `data` to `path` atomically and durably: a temp file in the same directory is
 /// written and fsync'd, renamed over `path`, then the directory is fsync'd, so a crash
@@ -32,11 +127,15 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
+    // The temp name is predictable: whatever is there (a temp file of a killed writer
+    // that had this pid, or a planted symlink or FIFO) is unlinked, never followed, and
+    // the file is created exclusively (O_EXCL does not follow symlinks).
+    let _ = fs::remove_file(&tmp);
     let res = (|| {
         let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
             .open(&tmp)?;
         f.write_all(data)?;
         if durable {
@@ -97,9 +196,21 @@ fn remove_temps_of(path: &Path) -> usize {
     n
 }
 
-/// fsyncs a directory so a rename or unlink in it is durable.
+fn libc_flags(f: OFlag) -> i32 {
+    f.bits()
+}
+
+/// fsyncs a directory so a rename or unlink in it is durable. Opened with
+/// `O_DIRECTORY | O_NONBLOCK`: anything but a directory fails (`ENOTDIR`) instead of
+/// blocking.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags(
+            OFlag::O_DIRECTORY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        ))
+        .open(dir)?
+        .sync_all()
 }
 
 /// An exclusive flock held until dropped (the kernel also drops it if the process dies).
@@ -142,18 +253,20 @@ impl std::fmt::Display for LockError {
 
 impl std::error::Error for LockError {}
 
-/// Takes an exclusive `flock(2)` on `path` (created if missing), polling with a
-/// short back-off until `timeout` has passed.
+/// Takes an exclusive `flock(2)` on `path` (created if missing, mode 0644 before the
+/// umask; its parent directories too), polling with a short back-off until `timeout`
+/// has passed. The file is opened with [`open_regular`]: a symlink at `path` (even a
+/// dangling one, whose target would otherwise be created), a FIFO or any other
+/// non-regular file is refused.
+///
+/// Errors: [`LockError::Timeout`] when still held at the deadline;
+/// [`LockError::Io`] naming the path when it cannot be created, is not a regular file
+/// (see [`is_not_regular`]) or flock fails otherwise (callers map this to code 5).
 pub fn lock_with_timeout(path: &Path, timeout: Duration) -> Result<FileLock, LockError> {
     if let Some(d) = path.parent() {
         fs::create_dir_all(d).map_err(|e| LockError::Io(path.to_path_buf(), e))?;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+    let file = open_regular(path, OFlag::O_RDWR | OFlag::O_CREAT, 0o644)
         .map_err(|e| LockError::Io(path.to_path_buf(), e))?;
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(2);
@@ -225,5 +338,68 @@ mod tests {
         assert!(t0.elapsed() >= Duration::from_millis(100));
         drop(held);
         lock_with_timeout(&p, Duration::from_millis(10)).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_at_a_lock_path_is_refused_and_its_target_not_created() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("target-file");
+        let p = d.path().join("l.lock");
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let e = lock_with_timeout(&p, Duration::from_millis(10)).unwrap_err();
+        match &e {
+            LockError::Io(path, io) => {
+                assert_eq!(path, &p);
+                assert!(is_not_regular(io), "{io:?}");
+            }
+            other => panic!("expected Io, got {other:?}"),
+        }
+        assert!(e.to_string().contains("l.lock"), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(!target.exists(), "the symlink's target was created");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking_for_reading_and_writing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("fifo");
+        nix::unistd::mkfifo(&p, Mode::from_bits_truncate(0o600)).unwrap();
+        let t0 = Instant::now();
+        let e = read_regular_bounded(&p, 10).unwrap_err();
+        assert!(is_not_regular(&e) && e.to_string().contains("FIFO"), "{e}");
+        let e = open_regular(&p, OFlag::O_WRONLY | OFlag::O_APPEND, 0).unwrap_err();
+        assert!(is_not_regular(&e), "{e}");
+        let e = lock_with_timeout(&p, Duration::from_millis(10)).unwrap_err();
+        assert!(
+            matches!(e, LockError::Io(_, ref io) if is_not_regular(io)),
+            "{e}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        let e = open_regular(d.path(), OFlag::O_RDONLY, 0).unwrap_err();
+        assert!(e.to_string().contains("directory"), "{e}");
+    }
+
+    #[test]
+    fn read_regular_bounded_refuses_larger_files() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        fs::write(&p, b"12345").unwrap();
+        assert_eq!(read_regular_bounded(&p, 5).unwrap(), b"12345");
+        let e = read_regular_bounded(&p, 4).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn atomic_write_replaces_a_planted_temp_symlink_instead_of_following_it() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        let p = d.path().join("j");
+        let tmp = d.path().join(format!(".j.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        atomic_write(&p, b"data").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(fs::read(&p).unwrap(), b"data");
+        assert!(fs::symlink_metadata(&tmp).is_err(), "temp name left behind");
     }
 }

@@ -740,7 +740,7 @@ impl Soak {
             }
         }
         for a in atts.iter().filter(|a| a.status == St::Live) {
-            if !journals.contains_key(&format!("{}-{IFNAME}", a.cid)) {
+            if !journals.contains_key(&format!("{}:{IFNAME}", a.cid)) {
                 bad.push(format!("live attachment {} has no journal", a.cid));
             }
         }

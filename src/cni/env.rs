@@ -69,9 +69,18 @@ pub struct CniEnv {
 /// Linux `IFNAMSIZ - 1`: longest interface name (include/uapi/linux/if.h).
 pub const MAX_IFNAME_LEN: usize = 15;
 
-/// Checks a container ID the way libcni does (`pkg/utils/utils.go` ValidateContainerID):
-/// non-empty, starts with an alphanumeric, then alphanumerics, `_`, `.`, `-`.
-/// The ID also names journal and IPAM files, so this keeps it a safe path component.
+/// Longest accepted `CNI_CONTAINERID`, in bytes (Linux `NAME_MAX`: the ID is part of
+/// journal file names under `stateDir`).
+pub const MAX_CONTAINER_ID_LEN: usize = 255;
+
+/// Checks a container ID the way libcni does (`pkg/utils/utils.go` ValidateContainerID,
+/// CNI SPEC.md "Parameters": "alphanumeric, plus underscore, period and hyphen"):
+/// non-empty, starts with an ASCII letter or digit, then ASCII letters, digits, `_`, `.`,
+/// `-`, at most [`MAX_CONTAINER_ID_LEN`] bytes. The ID also names journal and IPAM
+/// files, so this keeps it a safe path component (no `/`, no `..`, no control or
+/// whitespace character).
+///
+/// Errors: code 4 naming the value.
 pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     if id.is_empty() {
         return Err(CniError::env("CNI_CONTAINERID is missing"));
@@ -79,37 +88,64 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     let mut chars = id.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if !first_ok || !rest_ok || id.len() > 255 {
+    if !first_ok || !rest_ok || id.len() > MAX_CONTAINER_ID_LEN {
         return Err(CniError::env(format!(
-            "CNI_CONTAINERID {id:?} is invalid: it must start with a letter or digit and contain only letters, digits, '_', '.' and '-' (at most 255)"
+            "CNI_CONTAINERID {id:?} is invalid: it must start with a letter or digit and contain only letters, digits, '_', '.' and '-' (at most {MAX_CONTAINER_ID_LEN} bytes)"
         )));
     }
     Ok(())
 }
 
-/// Checks an interface name the way libcni does (`pkg/utils/utils.go`
-/// ValidateInterfaceName) and the kernel's `dev_valid_name()` (net/core/dev.c):
-/// 1..=15 bytes, not `.` or `..`, no `/`, `:` or whitespace.
+/// A byte the kernel's `isspace()` accepts (lib/ctype.c `_ctype[]`: `\t\n\v\f\r`,
+/// space, and 0xA0, Latin-1 no-break space), which `dev_valid_name()` refuses.
+fn kernel_isspace(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' ' | 0xa0)
+}
+
+/// Checks an interface name with the kernel's `dev_valid_name()` (net/core/dev.c), byte
+/// by byte as the kernel does, plus libcni's `ValidateInterfaceName`
+/// (`pkg/utils/utils.go`): 1..=15 bytes ([`MAX_IFNAME_LEN`]), not `.` or `..`, no `/`,
+/// `:`, NUL or kernel whitespace byte (which includes 0xA0, so also the UTF-8
+/// characters that contain that byte); and, beyond the kernel, no control character
+/// (C0 or DEL), which would corrupt the IPAM record `"<containerID>\r\n<ifname>"` and
+/// log lines.
+///
+/// Errors: code 4 naming the value and the rule.
 pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     let bad = name.is_empty()
         || name.len() > MAX_IFNAME_LEN
         || name == "."
         || name == ".."
         || name
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace());
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_control() || kernel_isspace(b));
     if bad {
         return Err(CniError::env(format!(
-            "CNI_IFNAME {name:?} is not a valid interface name: 1 to 15 characters, not '.' or '..', without '/', ':' or spaces"
+            "CNI_IFNAME {name:?} is not a valid interface name: 1 to 15 bytes, not '.' or '..', without '/', ':', spaces or control characters"
         )));
     }
     Ok(())
 }
 
 impl CniEnv {
-    /// Reads the process environment; see [`CniEnv::from_map`].
+    /// Reads the `CNI_*` variables of the process environment; see
+    /// [`CniEnv::from_map`]. Variables with other names are not looked at (a non-UTF-8
+    /// one elsewhere in the environment does not matter).
+    ///
+    /// Errors: code 4 when a `CNI_*` variable is not valid UTF-8 (naming it), else as
+    /// [`CniEnv::from_map`].
     pub fn from_process() -> Result<Self, CniError> {
-        Self::from_map(&std::env::vars().collect())
+        let mut vars = HashMap::new();
+        for (k, v) in std::env::vars_os() {
+            let Some(k) = k.to_str().filter(|k| k.starts_with("CNI_")) else {
+                continue;
+            };
+            let v = v
+                .into_string()
+                .map_err(|_| CniError::env(format!("{k} is not valid UTF-8")))?;
+            vars.insert(k.to_string(), v);
+        }
+        Self::from_map(&vars)
     }
 
     /// Builds and validates the environment from a map of variables.
@@ -117,7 +153,10 @@ impl CniEnv {
     /// Errors (code 4): missing or unknown `CNI_COMMAND`; for ADD and CHECK a missing
     /// `CNI_CONTAINERID`, `CNI_NETNS` or `CNI_IFNAME`; for DEL a missing
     /// `CNI_CONTAINERID` or `CNI_IFNAME` (`CNI_NETNS` may be empty: SPEC.md DEL);
-    /// an invalid container ID or interface name; malformed `CNI_ARGS`.
+    /// an invalid container ID or interface name ([`validate_container_id`],
+    /// [`validate_ifname`]). `CNI_ARGS` never fails ([`CniArgs::parse`] skips malformed
+    /// segments) and is not even parsed for VERSION, which needs nothing but
+    /// `CNI_COMMAND`.
     pub fn from_map(vars: &HashMap<String, String>) -> Result<Self, CniError> {
         let get = |k: &str| vars.get(k).map(|s| s.as_str()).unwrap_or("");
         let cmd_s = get("CNI_COMMAND");
@@ -132,7 +171,10 @@ impl CniEnv {
         let container_id = get("CNI_CONTAINERID").to_string();
         let ifname = get("CNI_IFNAME").to_string();
         let netns = Some(get("CNI_NETNS").to_string()).filter(|s| !s.is_empty());
-        let args = CniArgs::parse(get("CNI_ARGS"))?;
+        let args = match command {
+            Command::Version => CniArgs::default(),
+            _ => CniArgs::parse(get("CNI_ARGS")),
+        };
         let path = get("CNI_PATH")
             .split(':')
             .filter(|s| !s.is_empty())
@@ -243,5 +285,47 @@ mod tests {
         }
         validate_ifname("net1").unwrap();
         validate_ifname("fifteen-chars-x").unwrap();
+        validate_ifname("ib0.8001").unwrap();
+        validate_container_id(&"a".repeat(MAX_CONTAINER_ID_LEN)).unwrap();
+        assert!(validate_container_id(&"a".repeat(MAX_CONTAINER_ID_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn ifname_refuses_what_dev_valid_name_refuses_and_control_characters() {
+        for bad in [
+            "net\u{1}",
+            "net\u{7f}",
+            "a\tb",
+            "a\nb",
+            "a\rb",
+            "a\u{b}b",
+            "a\u{c}b",
+            "a\0b",
+            // U+00E0 is C3 A0 in UTF-8: the kernel's isspace() takes 0xA0 for a space.
+            "n\u{e0}t",
+            // 16 bytes in 8 characters.
+            "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}",
+        ] {
+            let e = validate_ifname(bad).unwrap_err();
+            assert_eq!(e.code, 4, "{bad:?}");
+            assert!(e.msg.contains("CNI_IFNAME"), "{bad:?}: {}", e.msg);
+        }
+        // Other non-ASCII bytes are valid for the kernel.
+        validate_ifname("n\u{e9}t").unwrap();
+    }
+
+    #[test]
+    fn malformed_cni_args_never_fail_and_version_does_not_parse_them() {
+        let e = env(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "abc"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_ARGS", "garbage;K8S_POD_NAME=p;=x"),
+        ])
+        .unwrap();
+        assert_eq!(e.args.get("K8S_POD_NAME"), Some("p"));
+        assert_eq!(e.args.skipped(), &["garbage", "=x"]);
+        let v = env(&[("CNI_COMMAND", "VERSION"), ("CNI_ARGS", "garbage")]).unwrap();
+        assert_eq!(v.args, CniArgs::default());
     }
 }

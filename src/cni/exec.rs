@@ -9,9 +9,18 @@ use super::env::{CniEnv, Command};
 use super::error::{code, CniError};
 use serde_json::Value;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+
+/// This plugin's own `type` (and binary name on `CNI_PATH`): never a delegate.
+pub const OWN_TYPE: &str = "ib-sriov";
+
+/// Set to `1` in the environment of every delegated plugin ([`Delegate::run`]). If this
+/// executable starts with it set (it was run, directly or through a copy or a wrapper,
+/// as the IPAM plugin of itself), the entry point (src/cli.rs) fails at once with code 7
+/// for every command but VERSION: that breaks a delegation loop after one fork.
+pub const DELEGATED_ENV: &str = "IB_SRIOV_DELEGATED";
 
 /// A delegated plugin found on `CNI_PATH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,13 +31,25 @@ pub struct Delegate {
     pub path: PathBuf,
 }
 
+/// `(st_dev, st_ino)` of the running executable (`/proc/self/exe`, which the kernel
+/// resolves to the file that was executed); `None` without procfs.
+fn own_executable() -> Option<(u64, u64)> {
+    std::fs::metadata("/proc/self/exe")
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 impl Delegate {
     /// Finds the executable named `plugin_type` in the directories of `cni_path`
-    /// (first match wins, like libcni `invoke.FindInPath`).
+    /// (first match wins, like libcni `invoke.FindInPath`; symlinks are followed).
     ///
     /// Errors (code 7, invalid config): a type that is empty or contains `/` or is `.`/`..`
-    /// (it must be a file name), an empty `CNI_PATH`, or no executable regular file of
-    /// that name in any of its directories.
+    /// (it must be a file name); the type [`OWN_TYPE`] (`ib-sriov` would delegate to
+    /// itself without end); an empty `CNI_PATH`; no executable regular file of that name
+    /// in any of its directories; a first match that is the running executable itself
+    /// (same `(st_dev, st_ino)` as `/proc/self/exe`: a symlink or hard link to this
+    /// plugin under another name). A byte-for-byte copy under another name is not
+    /// recognised here; it refuses to run as a delegate ([`DELEGATED_ENV`]).
     pub fn find(plugin_type: &str, cni_path: &[String]) -> Result<Delegate, CniError> {
         if plugin_type.is_empty()
             || plugin_type.contains('/')
@@ -37,6 +58,11 @@ impl Delegate {
         {
             return Err(CniError::config(format!(
                 "ipam type {plugin_type:?} is not a plugin name"
+            )));
+        }
+        if plugin_type == OWN_TYPE {
+            return Err(CniError::config(format!(
+                "ipam type {OWN_TYPE:?} is this plugin itself (it would delegate to itself without end); use \"ib-sriov-ipam\" for the built-in allocator or an IPAM plugin such as host-local"
             )));
         }
         let dirs: Vec<&String> = cni_path.iter().filter(|d| !d.is_empty()).collect();
@@ -49,6 +75,12 @@ impl Delegate {
             let p = Path::new(d.as_str()).join(plugin_type);
             if let Ok(md) = std::fs::metadata(&p) {
                 if md.is_file() && md.permissions().mode() & 0o111 != 0 {
+                    if own_executable() == Some((md.dev(), md.ino())) {
+                        return Err(CniError::config(format!(
+                            "ipam plugin {plugin_type:?} ({}) is this plugin's own executable (it would delegate to itself without end); use \"ib-sriov-ipam\" for the built-in allocator or an IPAM plugin such as host-local",
+                            p.display()
+                        )));
+                    }
                     return Ok(Delegate {
                         plugin_type: plugin_type.to_string(),
                         path: p,
@@ -63,9 +95,9 @@ impl Delegate {
     }
 
     /// Runs the delegate with `command`, the environment of `env` (`CNI_COMMAND`,
-    /// `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME`, `CNI_ARGS`, `CNI_PATH`; the rest of
-    /// this process's environment is inherited, e.g. `KUBECONFIG` for whereabouts) and
-    /// `stdin`, and waits for it.
+    /// `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME`, `CNI_ARGS` as received, `CNI_PATH`;
+    /// the rest of this process's environment is inherited, e.g. `KUBECONFIG` for
+    /// whereabouts), [`DELEGATED_ENV`]`=1`, and `stdin`, and waits for it.
     ///
     /// Returns the JSON it printed on success (`None` when stdout is empty, as for DEL,
     /// CHECK, GC and STATUS). On a non-zero exit the delegate's error object (SPEC.md
@@ -81,7 +113,8 @@ impl Delegate {
         let mut cmd = std::process::Command::new(&self.path);
         cmd.env("CNI_COMMAND", command.as_str())
             .env("CNI_PATH", env.path.join(":"))
-            .env("CNI_ARGS", args_string(env))
+            .env("CNI_ARGS", env.args.raw())
+            .env(DELEGATED_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -174,16 +207,6 @@ impl Delegate {
     }
 }
 
-/// `CNI_ARGS` as received (pairs re-joined with `;`, order and duplicates kept).
-fn args_string(env: &CniEnv) -> String {
-    env.args
-        .pairs()
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +260,7 @@ mod tests {
             d.path(),
             "echoer",
             &format!(
-                "{{ echo \"$CNI_COMMAND|$CNI_CONTAINERID|$CNI_NETNS|$CNI_IFNAME|$CNI_ARGS|$CNI_PATH\"; cat; }} > {}\necho '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'",
+                "{{ echo \"$CNI_COMMAND|$CNI_CONTAINERID|$CNI_NETNS|$CNI_IFNAME|$CNI_ARGS|$CNI_PATH|$IB_SRIOV_DELEGATED\"; cat; }} > {}\necho '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'",
                 out.display()
             ),
         );
@@ -248,7 +271,7 @@ mod tests {
         assert_eq!(
             seen,
             format!(
-                "DEL|c1|/var/run/netns/x|net1|IgnoreUnknown=1;K8S_POD_NAME=p|/nonexistent:{}\n{{\"x\":1}}",
+                "DEL|c1|/var/run/netns/x|net1|IgnoreUnknown=1;K8S_POD_NAME=p|/nonexistent:{}|1\n{{\"x\":1}}",
                 d.path().display()
             )
         );
@@ -276,5 +299,27 @@ mod tests {
         let err = c.run(Command::Add, &e, b"{}").unwrap_err();
         assert_eq!(err.code, code::IPAM_FAILURE);
         assert!(err.details.contains("boom"), "{err:?}");
+    }
+
+    #[test]
+    fn refuses_its_own_type_and_its_own_executable_under_another_name() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env(d.path());
+        // Even when a file of that name exists on the path.
+        script(d.path(), OWN_TYPE, "exit 0");
+        let err = Delegate::find(OWN_TYPE, &e.path).unwrap_err();
+        assert_eq!(err.code, code::INVALID_CONFIG);
+        assert!(err.msg.contains("this plugin itself"), "{err:?}");
+        // A symlink and a hard link to the running executable (here: the test binary).
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        std::os::unix::fs::symlink(&exe, d.path().join("loop-ipam")).unwrap();
+        let err = Delegate::find("loop-ipam", &e.path).unwrap_err();
+        assert_eq!(err.code, code::INVALID_CONFIG);
+        assert!(err.msg.contains("own executable"), "{err:?}");
+        assert!(err.msg.contains("loop-ipam"), "{err:?}");
+        if std::fs::hard_link(&exe, d.path().join("hard-ipam")).is_ok() {
+            let err = Delegate::find("hard-ipam", &e.path).unwrap_err();
+            assert!(err.msg.contains("own executable"), "{err:?}");
+        }
     }
 }

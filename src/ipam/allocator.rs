@@ -133,7 +133,7 @@ impl IpamConfig {
             }
 
             let step = (|| -> Result<Option<AllocatedIp>, IpamError> {
-                for (ridx, candidate) in set.iter(store.last_reserved_ip(idx)) {
+                for (ridx, candidate) in set.iter(store.last_reserved_ip(idx)?) {
                     if held.contains(&candidate) {
                         continue;
                     }

@@ -86,6 +86,34 @@ pub struct IpamConfig {
     pub data_dir: PathBuf,
 }
 
+/// The rule for a non-empty `dataDir`: an absolute path without NUL. A relative one
+/// would be resolved against whatever directory the runtime started the plugin in
+/// (host-local accepts it; we do not).
+fn check_data_dir(d: &str) -> Result<(), IpamError> {
+    if d.contains('\0') {
+        return Err(invalid(format!("dataDir {d:?} contains NUL")));
+    }
+    if !d.starts_with('/') {
+        return Err(invalid(format!("dataDir {d:?} must be an absolute path")));
+    }
+    Ok(())
+}
+
+/// Checks the `dataDir` value of an `ipam` object alone (`None`, JSON null and `""`
+/// mean the default [`DEFAULT_DATA_DIR`]), so the network configuration can refuse a
+/// bad one for every verb at parse time; [`IpamConfig::from_json`] applies the same rule.
+///
+/// Errors: [`IpamError::InvalidConfig`] naming the value when it is not a string, is
+/// relative or contains NUL.
+pub fn validate_data_dir(v: Option<&serde_json::Value>) -> Result<(), IpamError> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(serde_json::Value::String(d)) if d.is_empty() => Ok(()),
+        Some(serde_json::Value::String(d)) => check_data_dir(d),
+        Some(other) => Err(invalid(format!("dataDir must be a string, got {other}"))),
+    }
+}
+
 /// Shorthand for [`IpamError::InvalidConfig`].
 fn invalid(msg: String) -> IpamError {
     IpamError::InvalidConfig(msg)
@@ -186,10 +214,10 @@ impl IpamConfig {
 
         let data_dir = match raw.data_dir.as_deref() {
             None | Some("") => PathBuf::from(DEFAULT_DATA_DIR),
-            Some(d) if d.contains('\0') => {
-                return Err(invalid(format!("dataDir {d:?} contains NUL")));
+            Some(d) => {
+                check_data_dir(d)?;
+                PathBuf::from(d)
             }
-            Some(d) => PathBuf::from(d),
         };
 
         Ok(IpamConfig {
@@ -404,5 +432,18 @@ mod tests {
             err(base(json!([{"dst": "0.0.0.0/0", "gw": "x"}]))),
             "route 0: gw \"x\" is not an IP address"
         );
+    }
+
+    #[test]
+    fn data_dir_must_be_absolute() {
+        for bad in ["data", "./data", "../x", "a\0b"] {
+            let m = err(json!({"subnet": "10.0.0.0/24", "dataDir": bad}));
+            assert!(m.contains("dataDir"), "{bad:?}: {m}");
+            assert!(validate_data_dir(Some(&json!(bad))).is_err(), "{bad:?}");
+        }
+        assert!(validate_data_dir(Some(&json!(5))).is_err());
+        validate_data_dir(None).unwrap();
+        validate_data_dir(Some(&json!(""))).unwrap();
+        validate_data_dir(Some(&json!("/var/lib/x"))).unwrap();
     }
 }

@@ -15,8 +15,16 @@
 //! `<ip>` is Go's `net.IP.String()`: dotted quad for IPv4, RFC 5952 for IPv6,
 //! which is what Rust's `Display` prints for the addresses we hand out.
 //! Callers hold the lock (see [`super::lock`]) around every method here.
+//!
+//! Files are read with [`crate::fsutil::read_regular_bounded`] (`O_NOFOLLOW`,
+//! `O_NONBLOCK`, regular files only, at most [`MAX_FILE_LEN`] bytes): a
+//! symlink, FIFO, socket or device planted under an address's name or as
+//! `last_reserved_ip.<n>` is an error naming the path ([`IpamError::Io`]),
+//! never followed or waited on. Files are created exclusively (`O_EXCL`,
+//! which does not follow symlinks) and put in place with link(2)/rename(2),
+//! which replace or fail on a name, never write through it.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -26,6 +34,7 @@ use std::time::Duration;
 use super::error::IpamError;
 use super::lock::{FileLock, LockMode};
 use super::range::canonical_ip;
+use crate::fsutil::{fsync_dir, is_not_regular, read_regular_bounded};
 
 /// host-local's default `dataDir` (backend.go `defaultDataDir`).
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
@@ -40,6 +49,11 @@ pub const RESERVE_TEMP_PREFIX: &str = ".reserve.";
 /// Separator between container ID and interface name in a per-IP file
 /// (backend.go `LineBreak`).
 pub const LINE_BREAK: &str = "\r\n";
+
+/// Largest per-IP or `last_reserved_ip.<n>` file read, in bytes. Ours hold
+/// at most 255 + 2 + 15 bytes (container ID, `\r\n`, ifname); a larger file
+/// is not one of ours and is treated as unreadable.
+pub const MAX_FILE_LEN: u64 = 4096;
 
 /// One per-IP file as read back from disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,9 +143,15 @@ impl DiskStore {
 
     /// Every per-IP file of the network, sorted by address. Entries whose
     /// name is not an IP address (`lock`, `last_reserved_ip.*`, temp files)
-    /// and directories are ignored; unreadable files are skipped with a
-    /// warning (host-local's `filepath.Walk` callbacks ignore them too).
-    /// A missing network directory yields an empty list.
+    /// and directories are ignored; unreadable files (and files larger than
+    /// [`MAX_FILE_LEN`]) are skipped with a warning (host-local's
+    /// `filepath.Walk` callbacks ignore them too). A missing network
+    /// directory yields an empty list.
+    ///
+    /// Errors: [`IpamError::Io`] when the directory cannot be listed, or
+    /// naming the path when an entry named like an address is a symlink,
+    /// FIFO, socket or device (not followed, not opened for long: see the
+    /// module docs).
     pub fn scan(&self) -> Result<Vec<Record>, IpamError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
@@ -149,11 +169,15 @@ impl DiskStore {
                 continue;
             };
             let path = entry.path();
-            if path.is_dir() {
+            // The entry's own type (not followed); `None` if it cannot be told.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            let data = match fs::read(&path) {
+            let data = match read_regular_bounded(&path, MAX_FILE_LEN) {
                 Ok(d) => d,
+                Err(e) if is_not_regular(&e) => {
+                    return Err(IpamError::io("refusing", &path, &e));
+                }
                 Err(e) => {
                     log::warn!("skipping unreadable {}: {e}", path.display());
                     continue;
@@ -251,18 +275,27 @@ impl DiskStore {
 
     /// host-local `Store.LastReservedIP`: the address in
     /// `last_reserved_ip.<range_set>`, or `None` when the file is missing,
-    /// unreadable (logged, as host-local does) or not an address.
-    pub fn last_reserved_ip(&self, range_set: usize) -> Option<IpAddr> {
+    /// unreadable or larger than [`MAX_FILE_LEN`] (logged, as host-local
+    /// does) or not an address.
+    ///
+    /// Errors: [`IpamError::Io`] naming the path when it is a symlink, FIFO,
+    /// socket, directory or device (refused, see the module docs).
+    pub fn last_reserved_ip(&self, range_set: usize) -> Result<Option<IpAddr>, IpamError> {
         let path = self.last_ip_path(range_set);
-        match fs::read_to_string(&path) {
-            Ok(s) => s.trim().parse::<IpAddr>().ok().map(canonical_ip),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
+        match read_regular_bounded(&path, MAX_FILE_LEN) {
+            Ok(s) => Ok(String::from_utf8_lossy(&s)
+                .trim()
+                .parse::<IpAddr>()
+                .ok()
+                .map(canonical_ip)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) if is_not_regular(&e) => Err(IpamError::io("refusing", &path, &e)),
             Err(e) => {
                 log::warn!(
                     "error retrieving last reserved ip from {}: {e}",
                     path.display()
                 );
-                None
+                Ok(None)
             }
         }
     }
@@ -301,9 +334,7 @@ impl DiskStore {
     /// fsync the network directory so created, renamed and removed entries
     /// are durable.
     pub fn sync_dir(&self) -> Result<(), IpamError> {
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| IpamError::io("cannot fsync directory", &self.dir, &e))
+        fsync_dir(&self.dir).map_err(|e| IpamError::io("cannot fsync directory", &self.dir, &e))
     }
 }
 
@@ -367,7 +398,7 @@ mod tests {
     #[test]
     fn last_reserved_ip_round_trip_and_format() {
         let (_d, s) = store();
-        assert_eq!(s.last_reserved_ip(0), None);
+        assert_eq!(s.last_reserved_ip(0).unwrap(), None);
         s.set_last_reserved_ip(0, ip("10.0.0.5")).unwrap();
         s.set_last_reserved_ip(1, ip("2001:db8::5")).unwrap();
         assert_eq!(
@@ -378,9 +409,9 @@ mod tests {
             fs::read(s.dir().join("last_reserved_ip.1")).unwrap(),
             b"2001:db8::5"
         );
-        assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.5")));
+        assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.5")));
         s.set_last_reserved_ip(0, ip("10.0.0.6")).unwrap();
-        assert_eq!(s.last_reserved_ip(0), Some(ip("10.0.0.6")));
+        assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.6")));
         let mode = fs::metadata(s.last_ip_path(0))
             .unwrap()
             .permissions()
@@ -395,9 +426,9 @@ mod tests {
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
         // Garbage or a trailing newline (hand edits) are tolerated.
         fs::write(s.last_ip_path(2), "10.0.0.9\n").unwrap();
-        assert_eq!(s.last_reserved_ip(2), Some(ip("10.0.0.9")));
+        assert_eq!(s.last_reserved_ip(2).unwrap(), Some(ip("10.0.0.9")));
         fs::write(s.last_ip_path(3), "bogus").unwrap();
-        assert_eq!(s.last_reserved_ip(3), None);
+        assert_eq!(s.last_reserved_ip(3).unwrap(), None);
     }
 
     #[test]
@@ -442,5 +473,68 @@ mod tests {
         assert!(s.remove(ip("10.0.0.2")).unwrap());
         assert!(!s.remove(ip("10.0.0.2")).unwrap());
         s.sync_dir().unwrap();
+    }
+
+    #[test]
+    fn planted_symlinks_and_fifos_are_errors_naming_the_path_and_never_followed() {
+        let (d, s) = store();
+        let secret = d.path().join("secret");
+        fs::write(&secret, "root-only\r\nx").unwrap();
+        let fifo = |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+        };
+        let t0 = std::time::Instant::now();
+
+        // A record name.
+        std::os::unix::fs::symlink(&secret, s.dir().join("10.0.0.7")).unwrap();
+        let e = s.scan().unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("10.0.0.7") && m.contains("symbolic link")),
+            "{e:?}"
+        );
+        fs::remove_file(s.dir().join("10.0.0.7")).unwrap();
+        fifo(&s.dir().join("10.0.0.8"));
+        let e = s.scan().unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("10.0.0.8") && m.contains("FIFO")),
+            "{e:?}"
+        );
+        fs::remove_file(s.dir().join("10.0.0.8")).unwrap();
+        s.scan().unwrap();
+
+        // The round-robin cursor.
+        std::os::unix::fs::symlink(&secret, s.last_ip_path(0)).unwrap();
+        let e = s.last_reserved_ip(0).unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("last_reserved_ip.0")),
+            "{e:?}"
+        );
+        fifo(&s.last_ip_path(1));
+        let e = s.last_reserved_ip(1).unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("FIFO")),
+            "{e:?}"
+        );
+        // Writing the cursor replaces the name, never writes through it.
+        s.set_last_reserved_ip(0, ip("10.0.0.2")).unwrap();
+        assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.2")));
+        assert_eq!(fs::read(&secret).unwrap(), b"root-only\r\nx");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn oversized_files_are_skipped_like_unreadable_ones() {
+        let (_d, s) = store();
+        fs::write(
+            s.dir().join("10.0.0.2"),
+            "x".repeat(MAX_FILE_LEN as usize + 1),
+        )
+        .unwrap();
+        fs::write(s.dir().join("10.0.0.3"), "c\r\nnet1").unwrap();
+        let recs = s.scan().unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].ip, ip("10.0.0.3"));
+        fs::write(s.last_ip_path(0), " ".repeat(MAX_FILE_LEN as usize + 1)).unwrap();
+        assert_eq!(s.last_reserved_ip(0).unwrap(), None);
     }
 }

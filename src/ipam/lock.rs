@@ -3,7 +3,8 @@
 //! host-local backend/disk/lock.go `NewFileLock(dir)`: when the path is a
 //! directory the lock file is `<dir>/lock`; go-filemutex opens it with
 //! `O_CREAT|O_RDONLY` mode 0750 and `flock(LOCK_EX)`s it for every
-//! `Get`/`Release`. We open the same file the same way and use the same
+//! `Get`/`Release`. We open the same file the same way (plus `O_NOFOLLOW` and
+//! `O_NONBLOCK`, and only a regular file is accepted) and use the same
 //! `flock`, so our processes and host-local's exclude each other. Unlike
 //! host-local (which blocks forever) we poll `LOCK_NB` until a deadline.
 
@@ -11,8 +12,9 @@ use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{open, OFlag};
-use nix::sys::stat::Mode;
+use nix::fcntl::OFlag;
+
+use crate::fsutil::open_regular;
 
 use super::error::IpamError;
 
@@ -50,19 +52,20 @@ impl FileLock {
     /// doubling to 50 ms) until `timeout` has elapsed. A zero timeout makes a
     /// single attempt.
     ///
+    /// The file is opened with [`crate::fsutil::open_regular`] (`O_NOFOLLOW`,
+    /// `O_NONBLOCK`, then `fstat`): a symlink at `<dir>/lock` (a dangling one
+    /// would otherwise make us create its target), a FIFO (which would block
+    /// the open) or any other non-regular file is refused.
+    ///
     /// Errors: [`IpamError::Busy`] naming the lock path when the deadline
     /// passes while another open file description holds a conflicting lock
-    /// (in this or another process); [`IpamError::Io`] when the file cannot
-    /// be opened or flock fails otherwise.
+    /// (in this or another process); [`IpamError::Io`] naming the path when
+    /// the file cannot be opened, is not a regular file, or flock fails
+    /// otherwise.
     pub fn acquire(dir: &Path, mode: LockMode, timeout: Duration) -> Result<FileLock, IpamError> {
         let path = dir.join(LOCK_FILE_NAME);
-        let fd = open(
-            &path,
-            OFlag::O_CREAT | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o750),
-        )
-        .map_err(|e| IpamError::io("cannot open lock file", &path, &e.into()))?;
-        let file = File::from(fd);
+        let file = open_regular(&path, OFlag::O_CREAT | OFlag::O_RDONLY, 0o750)
+            .map_err(|e| IpamError::io("cannot open lock file", &path, &e))?;
         let deadline = Instant::now() + timeout;
         let mut pause = FIRST_POLL;
         loop {
@@ -187,5 +190,33 @@ mod tests {
             matches!(err, IpamError::Io(ref m) if m.contains("nope/lock")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_symlink_or_fifo_at_the_lock_path_is_refused_without_creating_or_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&target, dir.path().join("lock")).unwrap();
+        let err = FileLock::acquire(dir.path(), LockMode::Exclusive, Duration::ZERO).unwrap_err();
+        assert!(
+            matches!(&err, IpamError::Io(m) if m.contains("lock") && m.contains("symbolic link")),
+            "{err:?}"
+        );
+        assert_eq!(err.cni_code(), 5);
+        assert!(!target.exists(), "the symlink's target was created");
+
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join("lock"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let err = FileLock::acquire(dir.path(), LockMode::Shared, Duration::ZERO).unwrap_err();
+        assert!(
+            matches!(&err, IpamError::Io(m) if m.contains("FIFO")),
+            "{err:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2));
     }
 }
