@@ -498,3 +498,27 @@ fn the_next_add_finishes_a_dead_holder() {
     assert_eq!(lab.host.snapshot(), before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
+
+/// Finding 13: container IDs up to the accepted 255 bytes work end to end (the journal
+/// name is hashed past 200 bytes; "File name too long" used to fail ADD past ~239 bytes
+/// and DEL for ever at 255).
+#[test]
+fn the_longest_container_ids_add_and_del() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    for len in [200, 239, 240, 255] {
+        let cid = "c".repeat(len);
+        let pod = lab.host.new_pod();
+        let conf = lab.conf("1.0.0", 0);
+        lab.add(&cid, &pod, &conf).expect_ok();
+        let j = lab.journals();
+        assert!(j.len() == 1 && j[0].len() <= 200, "{len}: {j:?}");
+        lab.del(&cid, pod.netns(), &conf).expect_ok();
+        assert_eq!(lab.host.snapshot(), before, "{len}");
+        assert!(
+            lab.journals().is_empty() && lab.allocations().is_empty(),
+            "{len}"
+        );
+        lab.host.sync_netdevs().unwrap();
+    }
+}

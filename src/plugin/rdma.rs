@@ -139,7 +139,7 @@ pub(super) fn move_in(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<(), CniError
 /// Moves RDMA device `name` from `pod` back to the current (host) netns, from a socket
 /// opened inside the pod. `Ok(false)` when it is not in the pod (never moved, or back).
 pub(super) fn move_out(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniError> {
-    let host = NetNs::current().map_err(|e| CniError::host(e.to_string()))?;
+    let host = NetNs::current()?;
     let r = pod
         .run_in(|| -> Result<bool, CniError> {
             let mut s = match ctx.rdma.open() {
@@ -157,7 +157,7 @@ pub(super) fn move_out(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniEr
                 .map_err(|e| rdma_err(&format!("moving RDMA device {name} back to the host"), e))?;
             Ok(true)
         })
-        .map_err(|e| CniError::host(e.to_string()))??;
+        .map_err(CniError::from)??;
     if r {
         log::info!(
             "moved RDMA device {name} back from {}",
@@ -178,7 +178,7 @@ pub(super) fn in_pod(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniErro
             .map_err(|e| rdma_err("looking up the RDMA device", e))?
             .is_some())
     })
-    .map_err(|e| CniError::host(e.to_string()))?
+    .map_err(CniError::from)?
 }
 
 /// The NPWG device-info file (device-info spec 1.1.0) for a VF.
