@@ -9,7 +9,9 @@
 //!   parse of a huge one costs about 30 times its size in memory);
 //! - a process started with [`DELEGATED_ENV`] set (this plugin run as the IPAM plugin of
 //!   itself, through a copy or wrapper under another name) fails at once with code 7 for
-//!   every command but VERSION, so a delegation loop stops after one fork.
+//!   every command but VERSION and DEL, so a delegation loop stops after one fork; DEL
+//!   succeeds doing nothing (such a delegate never allocated anything, and a failing
+//!   DEL would keep the calling attachment's journal for ever).
 
 use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
@@ -171,16 +173,19 @@ fn manual_run() -> Option<i32> {
     None
 }
 
-/// The error for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,
-/// any value) with a `CNI_COMMAND` other than VERSION; `None` otherwise.
-fn delegation_loop() -> Option<CniError> {
+/// The outcome for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,
+/// any value): `None` when not delegated or for VERSION; `Some(Ok)` for DEL (nothing to
+/// release: it allocated nothing); `Some(Err)` (code 7) for every other command.
+fn delegation_loop() -> Option<Result<(), CniError>> {
     std::env::var_os(DELEGATED_ENV)?;
-    if std::env::var_os("CNI_COMMAND").is_some_and(|c| c == "VERSION") {
-        return None;
+    match std::env::var_os("CNI_COMMAND") {
+        Some(c) if c == "VERSION" => return None,
+        Some(c) if c == "DEL" => return Some(Ok(())),
+        _ => {}
     }
-    Some(CniError::config(
+    Some(Err(CniError::config(
         "ib-sriov was invoked as an IPAM plugin of ib-sriov (delegation loop): ipam.type names this plugin under another name; use \"ib-sriov-ipam\" for the built-in allocator or a real IPAM plugin",
-    ))
+    )))
 }
 
 /// Runs the plugin; returns the process exit code (0 success, 1 error; see
@@ -217,9 +222,13 @@ pub fn main() -> i32 {
         emit(&CniError::new(code::IO_FAILURE, format!("reading stdin: {e}")).to_json(&version));
         return 1;
     }
-    if let Some(e) = delegation_loop() {
-        emit(&e.to_json(&version));
-        return 1;
+    match delegation_loop() {
+        Some(Ok(())) => return 0,
+        Some(Err(e)) => {
+            emit(&e.to_json(&version));
+            return 1;
+        }
+        None => {}
     }
     // A panic's message goes to the log (the hook above) and the panic becomes code 100 here.
     let result = std::panic::catch_unwind(|| run(&stdin));

@@ -555,12 +555,6 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             7,
         ),
         (
-            "CNI_ARGS malformed",
-            good.clone(),
-            vec![("CNI_ARGS", "garbage")],
-            4,
-        ),
-        (
             "CNI_IFNAME too long",
             good.clone(),
             vec![("CNI_IFNAME", "sixteen-chars-xx")],

@@ -349,7 +349,7 @@ impl Plugin {
     fn journals(&self) -> Vec<String> {
         list(&self.state())
             .into_iter()
-            .filter(|n| n != "locks")
+            .filter(|n| n != "locks" && n != "vfs")
             .collect()
     }
 

@@ -18,13 +18,14 @@ impl From<NlError> for CniError {
 }
 
 impl From<NetnsError> for CniError {
-    /// Code 3 when the namespace is gone or not a network namespace (SPEC.md "Container
-    /// unknown or does not exist"), else 102.
+    /// Code 3 when the namespace is gone or its path is not a namespace file (SPEC.md
+    /// "Container unknown or does not exist"), code 4 when the path is a namespace of
+    /// another type (a `CNI_NETNS` that cannot be right), else 102.
     fn from(e: NetnsError) -> Self {
-        if e.is_gone() {
-            CniError::new(code::UNKNOWN_CONTAINER, e.to_string())
-        } else {
-            CniError::host(e.to_string())
+        match e {
+            NetnsError::NotNetwork(..) => CniError::env(e.to_string()),
+            e if e.is_gone() => CniError::new(code::UNKNOWN_CONTAINER, e.to_string()),
+            e => CniError::host(e.to_string()),
         }
     }
 }

@@ -130,6 +130,9 @@ pub fn resolve_pod(j: &Journal, given: Option<&str>) -> Result<PodNs, CniError> 
                 );
             }
             Err(e) if e.is_gone() => log::info!("{e}"),
+            Err(e @ crate::netns::NetnsError::NotNetwork(..)) => {
+                log::warn!("{e}: not the pod's network namespace")
+            }
             Err(e) => return Err(e.into()),
         }
     }
