@@ -22,6 +22,14 @@ pub const OWN_TYPE: &str = "ib-sriov";
 /// for every command but VERSION: that breaks a delegation loop after one fork.
 pub const DELEGATED_ENV: &str = "IB_SRIOV_DELEGATED";
 
+/// How long a delegated plugin may run before it is killed (whereabouts and nv-ipam talk
+/// to the Kubernetes API; host-local answers in milliseconds). Past it the call is code
+/// 11, so the runtime retries; the journal keeps what the rollback or DEL still owes.
+pub const DELEGATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Largest output of a delegate read, per stream (a result is a few KiB).
+pub const MAX_DELEGATE_OUTPUT: u64 = 4 << 20;
+
 /// A delegated plugin found on `CNI_PATH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delegate {
@@ -144,11 +152,16 @@ impl Delegate {
             // A delegate that exits without reading stdin closes the pipe: not our error.
             let _ = si.write_all(stdin);
         }
-        let out = child.wait_with_output().map_err(|e| {
-            CniError::new(
+        let out = wait_bounded(child, DELEGATE_TIMEOUT).map_err(|e| match e {
+            WaitError::Timeout => CniError::try_later(format!(
+                "ipam plugin {name} {} did not finish within {} s and was killed",
+                command.as_str(),
+                DELEGATE_TIMEOUT.as_secs()
+            )),
+            WaitError::Io(e) => CniError::new(
                 code::IPAM_FAILURE,
                 format!("waiting for ipam plugin {name}: {e}"),
-            )
+            ),
         })?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -205,6 +218,73 @@ impl Delegate {
             ))),
         }
     }
+}
+
+enum WaitError {
+    Timeout,
+    Io(std::io::Error),
+}
+
+/// Waits for `child` at most `limit` (then kills it), reading its stdout and stderr (each
+/// up to [`MAX_DELEGATE_OUTPUT`]) in two threads so a full pipe never blocks it. A
+/// grandchild that keeps the pipes open past the child's exit does not hold the call
+/// beyond the same deadline.
+fn wait_bounded(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, WaitError> {
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + limit;
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = mpsc::channel();
+        if let Some(r) = r {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                let _ = r.take(MAX_DELEGATE_OUTPUT).read_to_end(&mut b);
+                let _ = tx.send(b);
+            });
+        } else {
+            let _ = tx.send(Vec::new());
+        }
+        rx
+    };
+    let out_rx = reader(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err_rx = reader(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(WaitError::Timeout);
+            }
+            Err(e) => return Err(WaitError::Io(e)),
+        }
+    };
+    let rest = |rx: mpsc::Receiver<Vec<u8>>| {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        rx.recv_timeout(left).map_err(|_| WaitError::Timeout)
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: rest(out_rx)?,
+        stderr: rest(err_rx)?,
+    })
 }
 
 #[cfg(test)]
@@ -321,5 +401,52 @@ mod tests {
             let err = Delegate::find("hard-ipam", &e.path).unwrap_err();
             assert!(err.msg.contains("own executable"), "{err:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn spawn(script: &str) -> std::process::Child {
+        std::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_delegate_past_its_deadline_is_killed() {
+        let t = Instant::now();
+        let r = wait_bounded(spawn("sleep 30"), Duration::from_millis(200));
+        assert!(matches!(r, Err(WaitError::Timeout)));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_grandchild_holding_the_pipe_does_not_hold_the_call() {
+        let t = Instant::now();
+        let r = wait_bounded(
+            spawn("(sleep 30 &) ; echo done"),
+            Duration::from_millis(300),
+        );
+        assert!(matches!(r, Err(WaitError::Timeout)));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn output_and_status_of_a_quick_delegate() {
+        let o = wait_bounded(
+            spawn("echo out; echo err >&2; exit 3"),
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|_| panic!("no output"));
+        assert_eq!(o.stdout, b"out\n");
+        assert_eq!(o.stderr, b"err\n");
+        assert_eq!(o.status.code(), Some(3));
     }
 }
