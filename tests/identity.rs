@@ -522,3 +522,23 @@ fn the_longest_container_ids_add_and_del() {
         lab.host.sync_netdevs().unwrap();
     }
 }
+
+/// CHECK acts only in the namespace ADD recorded: another live namespace given as
+/// CNI_NETNS fails the check (code 104), even when it has an interface of that name.
+#[test]
+fn check_in_another_namespace_fails() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 0);
+    let res = lab.add("c1", &pod, &conf).expect_ok();
+    let other = lab.host.new_pod();
+    pod_ok(
+        &other,
+        &[
+            "ip", "link", "add", "net1", "type", "veth", "peer", "name", "o1",
+        ],
+    );
+    lab.check("c1", &other, &conf, &res).expect_code(104);
+    assert_eq!(lab.check("c1", &pod, &conf, &res).expect_ok(), Value::Null);
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+}

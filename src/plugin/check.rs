@@ -1,10 +1,11 @@
 //! CHECK (SPEC.md "CHECK"): the attachment exists and is as configured.
 
-use super::steps::{resolve_pod, PodNs};
+use super::steps::{ns_id, Pod};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
 use crate::netlink::Netlink;
+use crate::netns::NetNs;
 use crate::types::format_hwaddr;
 
 fn fail(msg: impl Into<String>) -> CniError {
@@ -49,11 +50,13 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         }
     }
     let netns = env.netns.as_deref().unwrap_or_default();
-    let PodNs::Live(pod) = resolve_pod(&j, Some(netns))? else {
+    let ns = NetNs::open(netns).map_err(|e| fail(format!("{id}: {e}")))?;
+    if j.netns_id.is_some_and(|want| Ok(want) != ns_id(&ns)) {
         return Err(fail(format!(
             "{id}: {netns} is not the network namespace ADD attached the VF to"
         )));
-    };
+    }
+    let pod = Pod::new(ns);
 
     if let Some((nid, _, _, pod_ifindex)) = j.netdev() {
         let nl = pod.nl()?;
