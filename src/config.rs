@@ -349,17 +349,25 @@ impl NetConf {
 
         let ipam = match rc.ipam {
             None | Some(Value::Null) => None,
-            Some(v @ Value::Object(_)) => {
-                match v.get("type").and_then(Value::as_str) {
-                    Some(t) if !t.is_empty() => {}
-                    _ => return Err(CniError::config("ipam.type is missing")),
+            Some(v @ Value::Object(_)) => match v.get("type") {
+                // No type (`"ipam": {}`, what the SR-IOV network operator renders for a
+                // SriovIBNetwork without spec.ipam): no IPAM, as in the Go plugin
+                // (`if n.IPAM.Type != ""`).
+                None | Some(Value::Null) => None,
+                Some(Value::String(t)) if t.is_empty() => None,
+                Some(Value::String(_)) => {
+                    if crate::ipam::is_builtin(&v) {
+                        crate::ipam::validate_data_dir(v.get("dataDir"))
+                            .map_err(|e| CniError::config(format!("ipam.{}", e.message())))?;
+                    }
+                    Some(v)
                 }
-                if crate::ipam::is_builtin(&v) {
-                    crate::ipam::validate_data_dir(v.get("dataDir"))
-                        .map_err(|e| CniError::config(format!("ipam.{}", e.message())))?;
+                Some(other) => {
+                    return Err(CniError::config(format!(
+                        "ipam.type must be a string, got {other}"
+                    )))
                 }
-                Some(v)
-            }
+            },
             Some(other) => {
                 return Err(CniError::config(format!(
                     "ipam must be an object, got {other}"
@@ -564,7 +572,7 @@ mod tests {
             ("logFile", json!("relative.log")),
             ("stateDir", json!("state")),
             ("ipam", json!("host-local")),
-            ("ipam", json!({"subnet": "10.0.0.0/24"})),
+            ("ipam", json!({"type": 5})),
             ("lockTimeoutMs", json!(0)),
             ("lockTimeoutMs", json!("5")),
         ] {
@@ -572,6 +580,19 @@ mod tests {
             v[k] = bad.clone();
             let e = parse(v).unwrap_err();
             assert_eq!(e.code, 7, "{k}={bad}");
+        }
+    }
+
+    #[test]
+    fn ipam_without_a_type_is_no_ipam() {
+        for ipam in [
+            json!({}),
+            json!({"subnet": "10.0.0.0/24"}),
+            json!({"type": ""}),
+        ] {
+            let mut v = base();
+            v["ipam"] = ipam.clone();
+            assert_eq!(parse(v).unwrap().ipam, None, "{ipam}");
         }
     }
 

@@ -767,3 +767,32 @@ fn device_info_file_written_on_add_and_removed_on_del() {
     lab.del("c2", pod.netns(), &conf).expect_ok();
     assert_eq!(list(&dir), vec!["other.json"]);
 }
+
+/// `"ipam": {}` (what the SR-IOV network operator renders for a SriovIBNetwork without
+/// spec.ipam) is "no IPAM", as in the Go plugin: ADD attaches without addresses, CHECK
+/// and STATUS pass, DEL succeeds (issue 9, item 1).
+#[test]
+fn empty_ipam_object_means_no_ipam() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.1.0", 0);
+    conf["ipam"] = json!({});
+    let res = lab.add("e1", &pod, &conf).expect_ok();
+    assert!(
+        res.get("ips")
+            .is_none_or(|v| v.as_array().is_some_and(|a| a.is_empty())),
+        "{res}"
+    );
+    assert!(pod.links().contains(&"net1".to_string()));
+    assert!(pod_addrs(&pod, "net1").is_empty());
+    assert_eq!(lab.check("e1", &pod, &conf, &res).expect_ok(), Value::Null);
+    assert_eq!(
+        lab.run("STATUS", "", "", &conf, &[]).expect_ok(),
+        Value::Null
+    );
+    lab.del("e1", pod.netns(), &conf).expect_ok();
+    lab.del("e1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}

@@ -223,10 +223,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             host_up: l.up,
             pod_ifindex: None,
         });
-        if let Some(v) = &conf.ipam {
+        if ipam.is_some() {
             plan.push(Step::Ipam {
-                ipam_type: v
-                    .get("type")
+                ipam_type: conf
+                    .ipam
+                    .as_ref()
+                    .and_then(|v| v.get("type"))
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),
