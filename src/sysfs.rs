@@ -355,17 +355,21 @@ impl Sysfs {
             target: fs::read_link(&physfn).ok(),
             link: physfn.clone(),
         })?;
-        let vf_dir = fs::canonicalize(&dir).map_err(|source| DiscoveryError::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        // `<PF>/virtfn<N>` is a relative link to the VF's sibling directory
+        // (`../0000:af:00.2`, drivers/pci/iov.c `pci_iov_sysfs_link()`): its last
+        // component names the VF, so one readlink per link is enough (resolving each
+        // link costs ~9 readlinks and grows with the VF index).
+        let vf_name = addr.to_string();
         let vf_index = virtfn_links(&pf_dir)
             .map_err(|source| DiscoveryError::Io {
                 path: pf_dir.clone(),
                 source,
             })?
             .into_iter()
-            .find(|(_, link)| fs::canonicalize(link).is_ok_and(|t| t == vf_dir))
+            .find(|(_, link)| {
+                fs::read_link(link)
+                    .is_ok_and(|t| t.file_name().is_some_and(|n| n == vf_name.as_str()))
+            })
             .map(|(n, _)| n)
             .ok_or(DiscoveryError::NotListed { vf: addr, pf })?;
 
