@@ -8,9 +8,9 @@
 //! configuration then only logs: DEL of something never made succeeds.
 
 use super::errors::ErrorList;
-use super::steps::{resolve_pod, undo, Host};
-use super::{ipam_error, Ctx, Ipam};
-use crate::cni::{CniError, Command};
+use super::steps::{release_with, resolve_pod, undo, Host};
+use super::Ctx;
+use crate::cni::CniError;
 use crate::failpoint::hit;
 use crate::journal::Journal;
 
@@ -54,28 +54,9 @@ fn release_without_journal(ctx: &Ctx) -> Result<(), CniError> {
             return Ok(());
         }
     };
-    let r = match ipam {
-        Some(Ipam::Builtin(c)) => c
-            .release(
-                &ctx.conf.name,
-                &env.container_id,
-                &env.ifname,
-                ctx.conf.lock_timeout,
-            )
-            .map(|n| {
-                if n > 0 {
-                    log::info!(
-                        "released {n} address(es) of {}/{}",
-                        env.container_id,
-                        env.ifname
-                    )
-                }
-            })
-            .map_err(ipam_error),
-        Some(Ipam::External(d)) => ctx.delegate(&d, Command::Del).map(|_| ()),
-        None => Ok(()),
-    };
-    r.and_then(|_| hit("del.ipam"))
+    let raw = serde_json::to_vec(&ctx.conf.raw)
+        .map_err(|e| CniError::internal(format!("encoding the config: {e}")))?;
+    release_with(ctx, ipam, ctx.conf, &raw, (&env.container_id, &env.ifname))
 }
 
 /// Undoes `j` (its VF lock held by the caller) with the pod netns found from `netns`

@@ -572,19 +572,31 @@ pub fn release_ipam(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
     let raw = serde_json::to_vec(&j.conf)
         .map_err(|e| CniError::internal(format!("encoding the journaled config: {e}")))?;
     let conf = NetConf::parse(&raw)?;
-    match super::ipam_for(&conf, &ctx.env.path)? {
+    let ipam = super::ipam_for(&conf, &ctx.env.path)?;
+    release_with(ctx, ipam, &conf, &raw, (&j.container_id, &j.ifname))
+}
+
+/// Releases what `ipam` (parsed from `conf`, whose JSON `raw` is the delegate's stdin)
+/// holds for (containerID, ifname): the built-in allocator's records of the pair, or
+/// the delegate's DEL.
+pub fn release_with(
+    ctx: &Ctx,
+    ipam: Option<Ipam>,
+    conf: &NetConf,
+    raw: &[u8],
+    (cid, ifname): (&str, &str),
+) -> Result<(), CniError> {
+    match ipam {
         Some(Ipam::Builtin(c)) => {
             let n = c
-                .release(&conf.name, &j.container_id, &j.ifname, conf.lock_timeout)
+                .release(&conf.name, cid, ifname, conf.lock_timeout)
                 .map_err(super::ipam_error)?;
-            log::info!(
-                "released {n} address(es) of {}/{}",
-                j.container_id,
-                j.ifname
-            );
+            if n > 0 {
+                log::info!("released {n} address(es) of {cid}/{ifname}");
+            }
         }
         Some(Ipam::External(d)) => {
-            d.run(Command::Del, ctx.env, &raw)?;
+            d.run(Command::Del, ctx.env, raw)?;
         }
         None => {}
     }
