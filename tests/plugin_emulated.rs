@@ -513,8 +513,8 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             7,
         ),
         (
-            "ipam without type",
-            with("ipam", json!({"subnet": "10.0.0.0/24"})),
+            "ipam type not a string",
+            with("ipam", json!({"type": 5, "subnet": "10.0.0.0/24"})),
             vec![],
             7,
         ),
