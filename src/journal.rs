@@ -194,11 +194,6 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// The step of `kind` ([`Step::kind`]), if planned.
-    pub fn step(&self, kind: &str) -> Option<&Step> {
-        self.steps.iter().find(|s| s.kind() == kind)
-    }
-
     /// The RDMA device moved into the pod, if that step was planned.
     pub fn rdma_device(&self) -> Option<&str> {
         self.steps.iter().find_map(|s| match s {

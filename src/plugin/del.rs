@@ -7,7 +7,6 @@
 //! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). An unusable IPAM
 //! configuration then only logs: DEL of something never made succeeds.
 
-use super::errors::ErrorList;
 use super::steps::{release_with, resolve_pod, undo, Host};
 use super::Ctx;
 use crate::cni::CniError;
@@ -82,9 +81,4 @@ pub(super) fn teardown_locked(
     hit("del.journal")?;
     ctx.store.remove(&j.container_id, &j.ifname)?;
     Ok(())
-}
-
-/// Folds the errors of a best-effort sweep into one (see [`ErrorList::into_result`]).
-pub(super) fn combine(errs: Vec<CniError>, msg: String) -> Result<(), CniError> {
-    ErrorList(errs).into_result(msg)
 }

@@ -9,9 +9,10 @@
 //! and link state restored; never when another attachment's journal holds the VF), then
 //! the journal is removed. Every built-in IPAM allocation of the network held by an
 //! unlisted attachment is released; a delegated IPAM plugin gets GC itself. Errors do
-//! not stop the sweep; they are all reported in one error (see `del::combine`: code 11
+//! not stop the sweep; they are all reported in one error (see `errors::ErrorList::into_result`: code 11
 //! when every failure was a lock timeout, else 102, each failure in `details`).
 
+use super::errors::ErrorList;
 use super::steps::Host;
 use super::{del, ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
@@ -146,13 +147,10 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
         valid.len(),
         errs.len()
     );
-    del::combine(
-        errs,
-        format!(
-            "GC of network {} did not complete; it is safe to retry",
-            conf.name
-        ),
-    )
+    ErrorList(errs).into_result(format!(
+        "GC of network {} did not complete; it is safe to retry",
+        conf.name
+    ))
 }
 
 #[cfg(test)]
