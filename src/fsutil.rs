@@ -173,7 +173,7 @@ pub fn remove_durable(path: &Path) -> io::Result<bool> {
 }
 
 /// Removes the `.<name>.tmp.<pid>` files of `path` (best effort); returns how many.
-fn remove_temps_of(path: &Path) -> usize {
+pub fn remove_temps_of(path: &Path) -> usize {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return 0;
     };

@@ -447,8 +447,10 @@ impl JournalStore {
         let link = self.holder_link_path(vf);
         let dir = link.parent().expect("has a parent");
         std::fs::create_dir_all(dir).map_err(self.io(dir))?;
+        // Temp links of writers killed before their rename (`.<BDF>.tmp.<pid>`): the VF
+        // lock the caller holds serializes every writer of this link.
+        crate::fsutil::remove_temps_of(&link);
         let tmp = dir.join(format!(".{vf}.tmp.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(Self::file_name(container_id, ifname), &tmp)
             .map_err(self.io(&tmp))?;
         std::fs::rename(&tmp, &link).map_err(|e| {

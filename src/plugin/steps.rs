@@ -755,7 +755,11 @@ fn undo_move(
     }
 }
 
+/// Removes the device-info file if it still holds exactly what ADD wrote, and the temp
+/// files an ADD killed while writing it left (`.<name>.tmp.<pid>`, ours: the path is
+/// this attachment's and its writers hold the VF lock); anything else is left in place.
 fn undo_device_info(path: &std::path::Path, content: &str) -> Result<(), CniError> {
+    crate::fsutil::remove_temps_of(path);
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
