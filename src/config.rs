@@ -195,22 +195,26 @@ fn parse_guid(s: &str, key: &str) -> Result<Guid, CniError> {
     Ok(g)
 }
 
+/// A partition key: hex with an optional `0x`, up to 8 digits (the Go plugin passes
+/// the string through unchecked, and configs carry forms like `0x00000005`), whose value
+/// fits 16 bits. A base key of 0 (`0x8000`, `0x0000`) is accepted: ADD warns about it.
 fn parse_pkey(s: &str) -> Result<u16, CniError> {
     let hex = s
         .strip_prefix("0x")
         .or_else(|| s.strip_prefix("0X"))
         .unwrap_or(s);
-    let v = if hex.is_empty() || hex.len() > 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let v = if hex.is_empty() || hex.len() > 8 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         None
     } else {
-        u16::from_str_radix(hex, 16).ok()
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .and_then(|v| u16::try_from(v).ok())
     };
-    match v {
-        Some(p) if p & 0x7fff != 0 => Ok(p),
-        _ => Err(CniError::config(format!(
-            "pkey {s:?} is invalid: expected a 16-bit hex partition key like \"0x8001\" (base key not 0)"
-        ))),
-    }
+    v.ok_or_else(|| {
+        CniError::config(format!(
+            "pkey {s:?} is invalid: expected a 16-bit hex partition key like \"0x8001\""
+        ))
+    })
 }
 
 fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
@@ -559,12 +563,17 @@ mod tests {
         let c = parse(v).unwrap();
         assert_eq!(c.link_state, Some(LinkState::Enable));
         assert_eq!(c.pkey, Some(0x8001));
+        for (text, want) in [("0x8000", 0x8000), ("0x00000005", 5), ("7fff", 0x7fff)] {
+            let mut v = base();
+            v["pkey"] = json!(text);
+            assert_eq!(parse(v).unwrap().pkey, Some(want), "{text}");
+        }
         assert_eq!(c.rdma_isolation, Some(true));
         assert_eq!(c.vfio_pci_mode, Some(false));
         for (k, bad) in [
             ("link_state", json!("up")),
             ("pkey", json!("0x10000")),
-            ("pkey", json!("0x8000")),
+            ("pkey", json!("0x000010000")),
             ("pkey", json!("xyz")),
             ("rdmaIsolation", json!("true")),
             ("ibKubernetesEnabled", json!(1)),

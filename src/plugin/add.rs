@@ -183,6 +183,11 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     };
     let orig_ls = st.link_state.map(|s| s.0);
     if let Some(pk) = conf.pkey {
+        if pk & 0x7fff == 0 {
+            log::warn!(
+                "pkey {pk:#06x} has base key 0, which no partition uses; ib-kubernetes programs the pod's real pkey through the subnet manager"
+            );
+        }
         if !dev.pkeys.is_empty() && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff) {
             log::warn!(
                 "pkey {pk:#06x} is not (yet) in the pkey table of VF {vf_addr}; ib-kubernetes programs it through the subnet manager"
