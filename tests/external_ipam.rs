@@ -286,3 +286,40 @@ fn gc_and_status_are_forwarded() {
     assert_eq!(lines[0].1["ipam"]["pool"], "p1");
     assert_eq!(lines[0].1["name"], "ibnet");
 }
+
+/// An IPAM result without any IP is an error, as in the Go plugin ("IPAM plugin returned
+/// missing IP config"): ADD fails with code 103, the VF is rolled back and the delegate's
+/// DEL runs; DEL then succeeds (issue 9, item 10).
+#[test]
+fn a_delegate_result_without_ips_is_an_error() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let bin = lab.host.root().join("fake-cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = lab.host.root().join("noip.log");
+    let script = bin.join("noip");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND\" >> {log}\n\
+             if [ \"$CNI_COMMAND\" = ADD ]; then echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'; fi\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "noip"}));
+    let path = format!("{}:{}", bin.display(), cni_path());
+    let env = [("CNI_PATH", path.as_str())];
+    let e = lab
+        .run("ADD", "n1", pod.netns(), &conf, &env)
+        .expect_code(103);
+    assert!(e["msg"].as_str().unwrap().contains("no IP address"), "{e}");
+    assert_eq!(lab.host.snapshot(), before, "rolled back");
+    assert_eq!(pod.links(), ["lo"]);
+    assert!(lab.journals().is_empty());
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
+    lab.run("DEL", "n1", pod.netns(), &conf, &env).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}

@@ -487,7 +487,13 @@ fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
                 )
             })?;
             if r.ips.is_empty() {
-                log::warn!("ipam plugin {} returned no addresses", d.plugin_type);
+                // As the Go plugin (cmd/ib-sriov-cni/main.go: "IPAM plugin returned
+                // missing IP config"); the rollback calls the delegate's DEL.
+                return Err(CniError::new(
+                    code::IPAM_FAILURE,
+                    format!("ipam plugin {} returned no IP address", d.plugin_type),
+                )
+                .into());
             }
             // Every address goes on our one interface (SPEC.md: IPAM results carry
             // no interfaces; the calling plugin sets `interface`).
