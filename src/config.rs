@@ -356,7 +356,8 @@ impl NetConf {
             Some(v @ Value::Object(_)) => match v.get("type") {
                 // No type (`"ipam": {}`, what the SR-IOV network operator renders for a
                 // SriovIBNetwork without spec.ipam): no IPAM, as in the Go plugin
-                // (`if n.IPAM.Type != ""`).
+                // (k8snetworkplumbingwg/ib-sriov-cni 543060da, cmd/ib-sriov-cni/main.go:
+                // `if netConf.IPAM.Type != ""`). Its other keys are ignored.
                 None | Some(Value::Null) => None,
                 Some(Value::String(t)) if t.is_empty() => None,
                 Some(Value::String(_)) => {

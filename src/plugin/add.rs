@@ -271,14 +271,10 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         let _ = ctx.store.remove(&env.container_id, &env.ifname);
         return Err(e.into());
     }
-    let pod = PodNs::Live(pod);
-    let PodNs::Live(pod_ref) = &pod else {
-        unreachable!()
-    };
     let mut cx = Apply {
         ctx,
         host: &host,
-        pod: pod_ref,
+        pod: &pod,
         view,
         ipam: ipam.as_ref(),
         out: CniOutput::default(),
@@ -312,7 +308,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     };
 
     log::error!("ADD failed: {e}; rolling back");
-    let errs = steps::undo(ctx, &host, &j, &pod, begun, true);
+    let errs = steps::undo(ctx, &host, &j, &PodNs::Live(pod), begun, true);
     if errs.is_empty() {
         if let Err(re) = ctx.store.remove(&j.container_id, &j.ifname) {
             return Err(e.with_details(format!("removing journal: {re}")));

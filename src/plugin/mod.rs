@@ -47,9 +47,9 @@ pub enum Ipam {
     External(Delegate),
 }
 
-/// The IPAM of a configuration, parsed before any host change: `None` without `ipam` or
-/// without `ipam.type` (`"ipam": {}`, as the SR-IOV network operator renders it); the
-/// built-in allocator for `ib-sriov-ipam`; else a delegated plugin found on `cni_path`.
+/// The IPAM of a configuration, parsed before any host change: `None` without `ipam`
+/// (`NetConf` already turned an `ipam` without `type` into none); the built-in
+/// allocator for `ib-sriov-ipam`; else a delegated plugin found on `cni_path`.
 /// Errors (code 7): `dhcp`, a plugin not on `cni_path`, a malformed built-in
 /// configuration.
 pub fn ipam_for(conf: &NetConf, cni_path: &[String]) -> Result<Option<Ipam>, CniError> {
@@ -66,15 +66,6 @@ pub fn ipam_for(conf: &NetConf, cni_path: &[String]) -> Result<Option<Ipam>, Cni
         return Err(CniError::config(
             "ipam type \"dhcp\" is not supported: the dhcp plugin needs a daemon that reaches into the pod netns, which an IB VF cannot serve; use ib-sriov-ipam, host-local, whereabouts or nv-ipam",
         ));
-    }
-    if t.is_empty() {
-        // The SR-IOV network operator renders `"ipam": {}` for every SriovIBNetwork
-        // without spec.ipam; the Go plugin takes an IPAM without a type as "no IPAM"
-        // (`if n.IPAM.Type != ""`, pkg/plugin ... cmdAdd). So do we.
-        if v.as_object().is_some_and(|o| !o.is_empty()) {
-            log::warn!("ipam has no type: no IPAM (as the Go plugin); its other keys are ignored");
-        }
-        return Ok(None);
     }
     Delegate::find(t, cni_path).map(|d| Some(Ipam::External(d)))
 }
