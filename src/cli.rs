@@ -76,6 +76,9 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
             env.ifname
         ),
     );
+    for w in &conf.warnings {
+        log::warn!("{w}");
+    }
     for seg in env.args.skipped() {
         log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");
     }

@@ -76,8 +76,6 @@ pub enum GuidSource {
     RuntimeConfig,
     /// `args.cni.guid` (ib-kubernetes' pod annotation, passed by Multus).
     ArgsCni,
-    /// The top-level `guid` key (documented but ignored by the Go plugin).
-    TopLevel,
 }
 
 /// The validated configuration.
@@ -125,6 +123,9 @@ pub struct NetConf {
     pub lock_timeout: std::time::Duration,
     /// The whole configuration as received (forwarded to delegated plugins).
     pub raw: Value,
+    /// What parsing tolerated but the user should know (an ignored top-level `guid`,
+    /// conflicting device IDs); logged as warnings once the log is open.
+    pub warnings: Vec<String>,
 }
 
 /// Reads just `cniVersion` from stdin bytes, for error replies before full parsing.
@@ -292,6 +293,7 @@ impl NetConf {
         let rt = rc.runtime_config.unwrap_or_default();
 
         // deviceID: runtimeConfig.deviceID (capability), deviceID, pciBusID.
+        let mut warnings = Vec::new();
         let mut device_id = None;
         for (val, key) in [
             (&rt.device_id, "runtimeConfig.deviceID"),
@@ -304,9 +306,9 @@ impl NetConf {
                     .map_err(|e| CniError::config(format!("{key}: {e}")))?;
                 match device_id {
                     None => device_id = Some(addr),
-                    Some(prev) if prev != addr => log::warn!(
+                    Some(prev) if prev != addr => warnings.push(format!(
                         "{key} {addr} differs from the higher-precedence device {prev}; using {prev}"
-                    ),
+                    )),
                     _ => {}
                 }
             }
@@ -332,7 +334,6 @@ impl NetConf {
                 GuidSource::RuntimeConfig,
             ),
             (&args_guid, "args.cni.guid", GuidSource::ArgsCni),
-            (&rc.guid, "guid", GuidSource::TopLevel),
         ] {
             if let Some(s) = opt_str(val, key)? {
                 let g = parse_guid(s, key)?;
@@ -342,6 +343,15 @@ impl NetConf {
             }
         }
 
+        // The top-level `guid` is not applied: it is one value for every pod of the
+        // network, so two pods would get the same GUID on the fabric. The Go plugin
+        // ignores it too (k8snetworkplumbingwg/ib-sriov-cni 543060da, pkg/types/types.go:
+        // `GUID string `json:"-"``).
+        if rc.guid.as_ref().is_some_and(|g| !g.is_null()) {
+            warnings.push(
+                "guid: the top-level key is ignored (one GUID for every pod of the network would give two pods the same GUID on the fabric; the Go plugin ignores it too); give each pod its GUID with runtimeConfig.infinibandGUID (capability \"infinibandGUID\", Multus' infiniband-guid) or args.cni.guid".into(),
+            );
+        }
         let pkey = opt_str(&rc.pkey, "pkey")?.map(parse_pkey).transpose()?;
         let link_state = opt_str(&rc.link_state, "link_state")?
             .map(|s| s.parse::<LinkState>().map_err(CniError::config))
@@ -441,6 +451,7 @@ impl NetConf {
             state_dir,
             prev_result,
             raw,
+            warnings,
         })
     }
 
@@ -495,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn guid_precedence_runtime_then_args_then_top_level() {
+    fn guid_precedence_runtime_then_args_and_top_level_ignored() {
         let mut v = base();
         v["guid"] = json!("00:00:00:00:00:00:00:03");
         v["args"] = json!({"cni": {"guid": "00:00:00:00:00:00:00:02", "other": 5, "list": [1]}});
@@ -509,17 +520,31 @@ mod tests {
             GuidSource::ArgsCni
         );
         v["args"] = json!({"cni": {"x": {"nested": true}}});
-        let c = parse(v).unwrap();
-        assert_eq!(c.guid.unwrap().1, GuidSource::TopLevel);
-        assert_eq!(c.guid.unwrap().0.to_string(), "00:00:00:00:00:00:00:03");
+        let c = parse(v.clone()).unwrap();
+        assert_eq!(c.guid, None, "the top-level guid is never applied");
+        assert!(c
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("guid: the top-level key is ignored")
+                && w.contains("runtimeConfig.infinibandGUID")));
+        // Ignored means not validated either (Go never reads it).
+        for g in [json!("zz"), json!(17), json!("00:00:00:00:00:00:00:00")] {
+            v["guid"] = g;
+            let c = parse(v.clone()).unwrap();
+            assert_eq!((c.guid, c.warnings.len()), (None, 1));
+        }
+        assert!(parse(base()).unwrap().warnings.is_empty());
     }
 
     #[test]
     fn invalid_guids_are_code_7() {
         for (k, g) in [
-            ("guid", json!("00:00:00:00:00:00:00:00")),
-            ("guid", json!("zz")),
-            ("guid", json!(17)),
+            (
+                "runtimeConfig",
+                json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
+            ),
+            ("runtimeConfig", json!({"infinibandGUID": "zz"})),
+            ("runtimeConfig", json!({"infinibandGUID": 17})),
         ] {
             let mut v = base();
             v[k] = g;
@@ -611,8 +636,14 @@ mod tests {
         assert_eq!(NetConf::parse(b"{not json").unwrap_err().code, 6);
         assert_eq!(NetConf::parse(b"[1]").unwrap_err().code, 6);
         let mut v = base();
-        v["cniVersion"] = json!("0.2.0");
+        v["cniVersion"] = json!("0.0.2");
         assert_eq!(parse(v).unwrap_err().code, 1);
+        // 0.1.0 and 0.2.0 are accepted, as by the Go plugin's skel (libcni version.All).
+        for old in ["0.1.0", "0.2.0"] {
+            let mut v = base();
+            v["cniVersion"] = json!(old);
+            assert_eq!(parse(v).unwrap().cni_version.as_str(), old);
+        }
         let mut v = base();
         v.as_object_mut().unwrap().remove("name");
         assert_eq!(parse(v).unwrap_err().code, 7);

@@ -43,10 +43,10 @@ const DEL_POINTS: [&str; 5] = [
 /// device-info file, netdev move, built-in IPAM.
 fn full_conf(lab: &Lab, vf: u32) -> (Value, PathBuf) {
     let mut conf = lab.conf("1.1.0", vf);
-    conf["guid"] = json!("02:00:00:00:00:00:77:77");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
     conf["link_state"] = json!("enable");
     let devinfo = lab.host.root().join("devinfo").join(format!("vf{vf}.json"));
-    conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": devinfo});
+    conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
     (conf, devinfo)
 }
 

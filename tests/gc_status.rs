@@ -37,7 +37,7 @@ fn gc_with_an_empty_list_releases_every_attachment() {
     for vf in [0, 1, 2] {
         let pod = lab.host.new_pod();
         let mut conf = lab.conf("1.1.0", vf);
-        conf["guid"] = json!(format!("02:00:00:00:00:00:66:0{vf}"));
+        conf["runtimeConfig"]["infinibandGUID"] = json!(format!("02:00:00:00:00:00:66:0{vf}"));
         conf["link_state"] = json!("enable");
         lab.add(&format!("g{vf}"), &pod, &conf).expect_ok();
         pods.push(pod);
@@ -91,7 +91,7 @@ fn gc_of_an_attachment_whose_netns_is_gone() {
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.1.0", 2);
-    conf["guid"] = json!("02:00:00:00:00:00:55:55");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:55:55");
     conf["link_state"] = json!("disable");
     lab.add("gone", &pod, &conf).expect_ok();
     pod.delete().unwrap();

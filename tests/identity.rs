@@ -319,7 +319,7 @@ fn repeated_add_never_touches_the_live_attachment() {
     let ip = pod_addrs(&pod, "net1");
     let live = lab.host.snapshot();
     let mut bad = conf.clone();
-    bad["guid"] = json!("not-a-guid");
+    bad["runtimeConfig"]["infinibandGUID"] = json!("not-a-guid");
     lab.add("c1", &pod, &bad).expect_code(7);
     lab.add("c1", &pod, &conf).expect_code(4);
     lab.add("c1", &pod, &lab.conf("1.0.0", 1)).expect_code(4);
@@ -479,7 +479,7 @@ fn the_next_add_finishes_a_dead_holder() {
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.0.0", 0);
-    conf["guid"] = json!("02:00:00:00:00:00:00:77");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:77");
     lab.add("old", &pod, &conf).expect_ok();
     pod.delete().unwrap();
     lab.host

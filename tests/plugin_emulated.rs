@@ -143,7 +143,7 @@ fn guid_precedence_and_no_rebind_when_unchanged() {
     let vf = lab.host.vf(2);
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.0.0", 2);
-    conf["guid"] = json!("02:00:00:00:00:00:00:33");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:33");
     conf["args"] = json!({"cni": {"guid": "02:00:00:00:00:00:00:22", "labels": {"a": 1}, "n": 5}});
     lab.add("c1", &pod, &conf).expect_ok();
     assert_eq!(
@@ -179,7 +179,7 @@ fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
     // With a GUID it works.
     let mut conf = lab.conf("1.0.0", 0);
-    conf["guid"] = json!("02:00:00:00:00:00:00:01");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:01");
     lab.add("c1", &pod, &conf).expect_ok();
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), before);
@@ -197,7 +197,7 @@ fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.1.0", 3);
-    conf["guid"] = json!("02:00:00:00:00:00:0f:0f");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:0f:0f");
     conf["link_state"] = json!("disable");
     let res = lab.add("c1", &pod, &conf).expect_ok();
     assert_eq!(res["interfaces"][0]["pciID"], vf.addr);
@@ -231,7 +231,7 @@ fn del_after_the_pod_netns_was_deleted() {
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.0.0", 0);
-    conf["guid"] = json!("02:00:00:00:00:00:00:99");
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:99");
     conf["link_state"] = json!("enable");
     lab.add("c1", &pod, &conf).expect_ok();
     let netns = pod.netns().to_string();
@@ -482,10 +482,18 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             vec![],
             7,
         ),
-        ("guid malformed", with("guid", json!("02:00:00")), vec![], 7),
+        (
+            "guid malformed",
+            with("runtimeConfig", json!({"infinibandGUID": "02:00:00"})),
+            vec![],
+            7,
+        ),
         (
             "guid all zero",
-            with("guid", json!("00:00:00:00:00:00:00:00")),
+            with(
+                "runtimeConfig",
+                json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
+            ),
             vec![],
             7,
         ),
@@ -630,10 +638,10 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
     ] {
         let pod = lab.host.new_pod();
         let mut conf = lab.conf("1.0.0", 1);
-        conf["guid"] = json!("02:00:00:00:00:00:77:77");
+        conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
         conf["link_state"] = json!("enable");
         let devinfo = lab.host.root().join("devinfo").join("fp.json");
-        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": devinfo});
+        conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
         let spec = format!("{point}=error");
         let r = lab.run(
             "ADD",

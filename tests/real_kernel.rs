@@ -706,7 +706,7 @@ fn assert_refused_and_unchanged(extra: Value, what: &str, needle: &str) {
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn guid_refused_by_igb_is_a_clean_error() {
     assert_refused_and_unchanged(
-        json!({"guid": "02:00:00:00:00:00:00:01"}),
+        json!({"runtimeConfig": {"infinibandGUID": "02:00:00:00:00:00:00:01"}}),
         "guid",
         "cannot set GUID of VF 0",
     );

@@ -268,7 +268,7 @@ impl Soak {
             }
         });
         if self.rng.chance(50) {
-            c["guid"] = json!(format!(
+            c["runtimeConfig"]["infinibandGUID"] = json!(format!(
                 "02:00:00:00:{:02x}:{:02x}:00:{:02x}",
                 self.round & 0xff,
                 self.rng.below(256),
@@ -281,7 +281,7 @@ impl Soak {
         let mut devinfo = None;
         if self.rng.chance(30) {
             let p = self.devinfo_dir.join(format!("{cid}.json"));
-            c["runtimeConfig"] = json!({"CNIDeviceInfoFile": p});
+            c["runtimeConfig"]["CNIDeviceInfoFile"] = json!(p);
             devinfo = Some(p);
         }
         (c, devinfo)

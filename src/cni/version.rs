@@ -6,6 +6,10 @@ use serde_json::{json, Value};
 /// A supported CNI specification version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Version {
+    /// 0.1.0 (result: `ip4`/`ip6` objects, libcni `pkg/types/020`)
+    V0_1_0,
+    /// 0.2.0 (same result form as 0.1.0)
+    V0_2_0,
     /// 0.3.0
     V0_3_0,
     /// 0.3.1
@@ -19,8 +23,11 @@ pub enum Version {
 }
 
 impl Version {
-    /// Every supported version, oldest first (the VERSION reply's `supportedVersions`).
-    pub const ALL: [Version; 5] = [
+    /// Every supported version, oldest first (the VERSION reply's `supportedVersions`);
+    /// the list of libcni `pkg/version` `All`, which the Go plugin's skel accepts.
+    pub const ALL: [Version; 7] = [
+        Version::V0_1_0,
+        Version::V0_2_0,
         Version::V0_3_0,
         Version::V0_3_1,
         Version::V0_4_0,
@@ -34,6 +41,8 @@ impl Version {
     /// The dotted version string.
     pub fn as_str(self) -> &'static str {
         match self {
+            Version::V0_1_0 => "0.1.0",
+            Version::V0_2_0 => "0.2.0",
             Version::V0_3_0 => "0.3.0",
             Version::V0_3_1 => "0.3.1",
             Version::V0_4_0 => "0.4.0",
@@ -81,7 +90,7 @@ mod tests {
         for v in Version::ALL {
             assert_eq!(parse_version(v.as_str()).unwrap(), v);
         }
-        for bad in ["0.2.0", "0.1.0", "1.2.0", "", "1.0"] {
+        for bad in ["0.0.1", "1.2.0", "", "1.0", "0.2"] {
             assert_eq!(parse_version(bad).unwrap_err().code, 1, "{bad}");
         }
     }
@@ -92,7 +101,7 @@ mod tests {
         assert_eq!(r["cniVersion"], "0.4.0");
         assert_eq!(
             r["supportedVersions"],
-            json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+            json!(["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
         );
         assert_eq!(version_reply(None)["cniVersion"], "1.1.0");
     }

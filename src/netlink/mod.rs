@@ -8,8 +8,9 @@
 
 pub mod vf;
 
+use crate::cni::Route;
 use crate::netns::{NetNs, NetnsError};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
@@ -269,6 +270,18 @@ impl Netlink {
 
     /// The addresses (with prefix) on the link.
     pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>, NlError> {
+        Ok(self
+            .addresses_with_flags(index)?
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect())
+    }
+
+    /// The addresses on the link with their `IFA_FLAGS` (`IFA_F_TENTATIVE` 0x40 while
+    /// IPv6 duplicate address detection runs, `IFA_F_DADFAILED` 0x08 when it found a
+    /// duplicate; include/uapi/linux/if_addr.h). The header's 8-bit `ifa_flags` is used
+    /// when the kernel sends no `IFA_FLAGS`.
+    pub fn addresses_with_flags(&self, index: u32) -> Result<Vec<(IpNetwork, u32)>, NlError> {
         let req = self
             .handle
             .address()
@@ -284,32 +297,75 @@ impl Netlink {
             if m.header.index != index {
                 continue;
             }
+            let mut flags = u32::from(m.header.flags.bits());
+            let mut addr = None;
             for a in &m.attributes {
-                if let AddressAttribute::Address(ip) = a {
-                    if let Ok(n) = IpNetwork::new(*ip, m.header.prefix_len) {
-                        out.push(n);
-                    }
+                match a {
+                    AddressAttribute::Address(ip) => addr = Some(*ip),
+                    AddressAttribute::Flags(f) => flags = f.bits(),
+                    _ => {}
                 }
+            }
+            if let Some(n) = addr.and_then(|ip| IpNetwork::new(ip, m.header.prefix_len).ok()) {
+                out.push((n, flags));
             }
         }
         Ok(out)
     }
 
-    /// Adds a route to `dst` through the link, via `gw` when given.
-    pub fn add_route(&self, index: u32, dst: IpNetwork, gw: Option<IpAddr>) -> Result<(), NlError> {
+    /// Adds `route` through the link with `NLM_F_CREATE | NLM_F_APPEND` (no
+    /// `NLM_F_EXCL`), as vishvananda/netlink `RouteAddEcmp` does for
+    /// containernetworking/plugins `ipam.ConfigureIface`: a route whose destination
+    /// already exists (the pod's default route on `eth0`, another rail's route to the
+    /// same subnet) is added beside it (IPv4: a further route of the same prefix and
+    /// metric, the first one used; IPv6: a further nexthop of a multipath route) instead
+    /// of failing with `EEXIST`. `priority` (`RTA_PRIORITY`), `table` (`RTA_TABLE`),
+    /// `scope` (`rtm_scope`), `mtu` and `advmss` (`RTA_METRICS`) are set when present
+    /// (include/uapi/linux/rtnetlink.h). `route.gw` is used as given: resolving a missing
+    /// gateway is the caller's business.
+    ///
+    /// Errors: the kernel's errno, e.g. `ENETUNREACH` for a gateway outside every
+    /// on-link prefix, `EINVAL` for a gateway of the other family (refused here).
+    pub fn add_route(&self, index: u32, route: &Route) -> Result<(), NlError> {
+        use netlink_packet_core::{
+            NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+        };
+        use netlink_packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
+        use netlink_packet_route::RouteNetlinkMessage;
+        let dst = route.dst;
+        let gw = route.gw;
         let op = format!(
-            "add route {dst}{} on link {index}",
-            gw.map(|g| format!(" via {g}")).unwrap_or_default()
+            "add route {dst}{} on link {index}{}{}",
+            gw.map(|g| format!(" via {g}")).unwrap_or_default(),
+            route
+                .priority
+                .map(|p| format!(" metric {p}"))
+                .unwrap_or_default(),
+            route
+                .table
+                .map(|t| format!(" table {t}"))
+                .unwrap_or_default(),
         );
-        let msg = match (dst, gw) {
+        let mut msg = match (dst, gw) {
             (IpNetwork::V4(d), gw) => {
                 let mut b = RouteMessageBuilder::<std::net::Ipv4Addr>::new()
                     .destination_prefix(d.network(), d.prefix())
                     .output_interface(index);
-                if let Some(IpAddr::V4(g)) = gw {
-                    b = b.gateway(g);
-                } else if gw.is_some() {
-                    return Err(NlError::io(op, "gateway family differs from destination"));
+                match gw {
+                    Some(IpAddr::V4(g)) => b = b.gateway(g),
+                    Some(_) => {
+                        return Err(NlError::io(op, "gateway family differs from destination"))
+                    }
+                    None => {}
+                }
+                if let Some(p) = route.priority {
+                    b = b.priority(p);
+                }
+                if let Some(t) = route.table {
+                    b = b.table_id(t);
+                }
+                if let Some(sc) = route.scope {
+                    b = b.scope(RouteScope::from(sc));
                 }
                 b.build()
             }
@@ -317,17 +373,51 @@ impl Netlink {
                 let mut b = RouteMessageBuilder::<std::net::Ipv6Addr>::new()
                     .destination_prefix(d.network(), d.prefix())
                     .output_interface(index);
-                if let Some(IpAddr::V6(g)) = gw {
-                    b = b.gateway(g);
-                } else if gw.is_some() {
-                    return Err(NlError::io(op, "gateway family differs from destination"));
+                match gw {
+                    Some(IpAddr::V6(g)) => b = b.gateway(g),
+                    Some(_) => {
+                        return Err(NlError::io(op, "gateway family differs from destination"))
+                    }
+                    None => {}
+                }
+                if let Some(p) = route.priority {
+                    b = b.priority(p);
+                }
+                if let Some(t) = route.table {
+                    b = b.table_id(t);
+                }
+                if let Some(sc) = route.scope {
+                    b = b.scope(RouteScope::from(sc));
                 }
                 b.build()
             }
         };
-        self.rt
-            .block_on(self.handle.route().add(msg).execute())
-            .map_err(|e| NlError::new(op, e))
+        let mut metrics = Vec::new();
+        if let Some(m) = route.mtu.filter(|m| *m > 0) {
+            metrics.push(RouteMetric::Mtu(m));
+        }
+        if let Some(m) = route.advmss.filter(|m| *m > 0) {
+            metrics.push(RouteMetric::Advmss(m));
+        }
+        if !metrics.is_empty() {
+            msg.attributes.push(RouteAttribute::Metrics(metrics));
+        }
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
+        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
+        let mut handle = self.handle.clone();
+        self.rt.block_on(async move {
+            let mut resp = handle
+                .request(req)
+                .map_err(|e| NlError::new(op.clone(), e))?;
+            while let Some(m) = resp.next().await {
+                if let NetlinkPayload::Error(err) = m.payload {
+                    if err.code.is_some() {
+                        return Err(NlError::new(op, rtnetlink::Error::NetlinkError(err)));
+                    }
+                }
+            }
+            Ok(())
+        })
     }
 
     pub(crate) fn handle(&self) -> &Handle {
