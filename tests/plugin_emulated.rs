@@ -12,7 +12,9 @@ use common::emuhost::{EmuOptions, Pod};
 use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
 
-const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+const VERSIONS: [&str; 7] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
+];
 
 #[test]
 fn version_lists_every_supported_version() {
@@ -36,6 +38,26 @@ fn add_check_del_del_for_every_version() {
         let res = lab.add(&cid, &pod, &conf).expect_ok();
 
         assert_eq!(res["cniVersion"], *version);
+        // 0.1.0/0.2.0 (libcni types/020): `ip4` {ip, gateway, routes}, no interfaces;
+        // rewritten into the 0.3.0 shape for the checks below.
+        let res = if version.starts_with("0.1") || version.starts_with("0.2") {
+            assert!(res.get("interfaces").is_none() && res.get("ips").is_none());
+            let ip4 = &res["ip4"];
+            assert_eq!(ip4["routes"], json!([{"dst": "192.168.0.0/16"}]));
+            let mac = pod
+                .link_snapshots()
+                .into_iter()
+                .find(|l| l.name == "net1")
+                .unwrap()
+                .address;
+            json!({"cniVersion": version,
+                "interfaces": [{"name": "net1", "sandbox": pod.netns(), "mac": mac}],
+                "ips": [{"version": "4", "interface": 0, "address": ip4["ip"],
+                         "gateway": ip4["gateway"]}],
+                "routes": ip4["routes"]})
+        } else {
+            res
+        };
         let iface = &res["interfaces"][0];
         assert_eq!(iface["name"], "net1");
         assert_eq!(iface["sandbox"], pod.netns());
@@ -81,7 +103,7 @@ fn add_check_del_del_for_every_version() {
             vec![addr.trim_end_matches("/24").to_string()]
         );
 
-        if version.starts_with("0.3") {
+        if version.starts_with("0.1") || version.starts_with("0.2") || version.starts_with("0.3") {
             // CHECK arrived in 0.4.0.
             lab.check(&cid, &pod, &conf, &res).expect_code(1);
         } else {
@@ -143,15 +165,36 @@ fn guid_precedence_and_no_rebind_when_unchanged() {
     let vf = lab.host.vf(2);
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.0.0", 2);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:33");
+    conf["guid"] = json!("02:00:00:00:00:00:00:33");
     conf["args"] = json!({"cni": {"guid": "02:00:00:00:00:00:00:22", "labels": {"a": 1}, "n": 5}});
     lab.add("c1", &pod, &conf).expect_ok();
     assert_eq!(
         lab.read(vf.ofed_node()),
         "02:00:00:00:00:00:00:22",
-        "args.cni.guid wins over guid"
+        "args.cni.guid applies; the top-level guid never does"
     );
     lab.del("c1", pod.netns(), &conf).expect_ok();
+
+    // The top-level guid alone: ignored with a warning naming what to use (as Go,
+    // whose field is `json:"-"`); the VF keeps its GUID.
+    let node0 = lab.read(vf.ofed_node());
+    let mut only_top = lab.conf("1.0.0", 2);
+    only_top["guid"] = json!("02:00:00:00:00:00:00:33");
+    let log = lab.host.root().join("top-guid.log");
+    only_top["logFile"] = json!(log);
+    lab.add("c0", &pod, &only_top).expect_ok();
+    assert_eq!(
+        lab.read(vf.ofed_node()),
+        node0,
+        "top-level guid not applied"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("guid: the top-level key is ignored")
+            && text.contains("runtimeConfig.infinibandGUID"),
+        "{text}"
+    );
+    lab.del("c0", pod.netns(), &only_top).expect_ok();
 
     // A GUID equal to the current one: no set, no rebind.
     std::fs::write(vf.ofed_node().unwrap(), "02:00:00:00:00:00:00:44\n").unwrap();
@@ -200,7 +243,12 @@ fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:0f:0f");
     conf["link_state"] = json!("disable");
     let res = lab.add("c1", &pod, &conf).expect_ok();
-    assert_eq!(res["interfaces"][0]["pciID"], vf.addr);
+    // As the Go plugin's result: CNI_IFNAME with the pod netns as sandbox (Multus'
+    // network-status and KubeVirt key on it), plus the PCI address in 1.1.0.
+    assert_eq!(
+        res["interfaces"],
+        json!([{"name": "net1", "sandbox": pod.netns(), "pciID": vf.addr}])
+    );
     assert!(res.get("ips").is_none());
     assert_eq!(lab.read(vf.ofed_node()), "02:00:00:00:00:00:0f:0f");
     assert_eq!(lab.read(vf.ofed_policy()), "Down");
@@ -216,11 +264,79 @@ fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
     assert_eq!(lab.read(vf.ofed_node()), node0);
     assert_eq!(lab.host.snapshot(), before);
 
-    // vfioPciMode: false on a vfio-pci VF is a config error naming the fix.
+    // vfioPciMode: false on a vfio-pci VF: the driver decides (Go auto-detects too).
     let mut conf = lab.conf("1.0.0", 3);
     conf["vfioPciMode"] = json!(false);
-    let e = lab.add("c2", &pod, &conf).expect_code(7);
-    assert!(e["msg"].as_str().unwrap().contains("vfio-pci"));
+    let res = lab.add("c2", &pod, &conf).expect_ok();
+    assert_eq!(res["interfaces"][0]["name"], "net1");
+    assert_eq!(pod.links(), vec!["lo"]);
+    lab.del("c2", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+
+    // vfioPciMode: true on a VF bound to mlx5_core: refused before any change, as Go.
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["vfioPciMode"] = json!(true);
+    let e = lab.add("c3", &pod, &conf).expect_code(7);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("vfioPciMode is true") && msg.contains("mlx5_core"),
+        "{msg}"
+    );
+    assert_eq!(lab.host.snapshot(), before);
+    lab.del("c3", pod.netns(), &conf).expect_ok();
+}
+
+/// PF passthrough (the Go plugin since 2026-03): a PF bound to vfio-pci is accepted
+/// with nothing to move and a vfio-style result; DEL releases it; a PF on its network
+/// driver is refused, and nothing changes either way.
+#[test]
+fn pf_passthrough_only_on_vfio_pci() {
+    let lab = Lab::default();
+    let pf = lab.host.pf().clone();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.1.0", 0);
+    conf["deviceID"] = json!(pf.addr);
+    conf["runtimeConfig"]["deviceID"] = json!(pf.addr);
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:42");
+    let before = lab.host.snapshot();
+    // On its network driver: refused (ib-sriov never moves the PF's netdev).
+    let e = lab.add("pf1", &pod, &conf).expect_code(7);
+    assert!(
+        e["msg"].as_str().unwrap().contains("bound to vfio-pci"),
+        "{e}"
+    );
+    conf["vfioPciMode"] = json!(true);
+    lab.add("pf1", &pod, &conf).expect_code(7);
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty());
+
+    // Bound to vfio-pci (the emulated sysfs link moved as the kernel would show it).
+    let link = pf.dir.join("driver");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(lab.host.root().join("bus/pci/drivers/vfio-pci"), &link).unwrap();
+    let before = lab.host.snapshot();
+    for (cid, mode) in [("pf2", json!(true)), ("pf3", Value::Null)] {
+        conf["vfioPciMode"] = mode;
+        let res = lab.add(cid, &pod, &conf).expect_ok();
+        assert_eq!(
+            res["interfaces"],
+            json!([{"name": "net1", "sandbox": pod.netns(), "pciID": pf.addr}])
+        );
+        assert_eq!(pod.links(), vec!["lo"]);
+        assert_eq!(
+            lab.host.snapshot(),
+            before,
+            "a PF passthrough changes nothing"
+        );
+        // The PF is held: a second pod cannot take it.
+        let other = lab.host.new_pod();
+        lab.add("other", &other, &conf).expect_code(101);
+        lab.check(cid, &pod, &conf, &res).expect_ok();
+        lab.del(cid, pod.netns(), &conf).expect_ok();
+        lab.del(cid, pod.netns(), &conf).expect_ok();
+        assert!(lab.journals().is_empty());
+        assert_eq!(lab.host.snapshot(), before);
+    }
 }
 
 #[test]
@@ -448,7 +564,7 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
     let mut cases: Vec<BadCase> = vec![
         (
             "cniVersion 0.2.0",
-            with("cniVersion", json!("0.2.0")),
+            with("cniVersion", json!("0.0.9")),
             vec![],
             1,
         ),
@@ -527,12 +643,8 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             7,
         ),
         (
-            "vfio VF with vfioPciMode false",
-            {
-                let mut c = with("vfioPciMode", json!(false));
-                c["deviceID"] = json!(lab.host.vf(3).addr);
-                c
-            },
+            "mlx5_core VF with vfioPciMode true",
+            with("vfioPciMode", json!(true)),
             vec![],
             7,
         ),

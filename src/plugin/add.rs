@@ -19,19 +19,29 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     // 1. Every input, before anything changes.
     let vf_addr = conf.validate_for_add()?;
     let ipam = ctx.ipam()?;
-    let dev = ctx
-        .sysfs
-        .discover_vf(vf_addr)
-        .map_err(|e| CniError::config(e.to_string()))?;
-    let vfio = match conf.vfio_pci_mode {
-        Some(true) => true,
-        Some(false) if dev.is_vfio() => {
+    let (dev, is_pf) = match ctx.sysfs.discover_vf(vf_addr) {
+        Ok(dev) => (dev, false),
+        Err(
+            crate::sysfs::DiscoveryError::IsPf { .. } | crate::sysfs::DiscoveryError::NotVf { .. },
+        ) => (pf_passthrough(ctx, vf_addr)?, true),
+        Err(e) => return Err(CniError::config(e.to_string())),
+    };
+    // vfio mode follows the driver, as in the Go plugin (543060da,
+    // cmd/ib-sriov-cni/main.go `handleVfioPciDetection`): `vfioPciMode: true` requires
+    // vfio-pci; otherwise a device bound to vfio-pci is in vfio mode whatever the key
+    // says (auto-detect).
+    let vfio = match (conf.vfio_pci_mode, dev.is_vfio()) {
+        (Some(true), false) => {
             return Err(CniError::config(format!(
-                "VF {vf_addr} is bound to vfio-pci; set vfioPciMode: true or bind it to mlx5_core"
+                "vfioPciMode is true but {vf_addr} is bound to {}, not vfio-pci: bind it to vfio-pci or drop vfioPciMode",
+                dev.driver.as_deref().unwrap_or("no driver")
             )))
         }
-        Some(false) => false,
-        None => dev.is_vfio(),
+        (Some(false), true) => {
+            log::info!("{vf_addr} is bound to vfio-pci: vfio mode (vfioPciMode false is overridden by the driver, as in the Go plugin)");
+            true
+        }
+        (_, v) => v,
     };
     let netns_path = env.netns.as_deref().unwrap_or_default();
     let pod_ns = NetNs::open(netns_path)
@@ -48,7 +58,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     }
     let rdma_dev = super::rdma::plan(ctx, &dev, vfio)?;
     if vfio && ipam.is_some() {
-        log::warn!("VF {vf_addr} is in vfio mode: it has no netdev, so ipam is ignored");
+        log::warn!("{vf_addr} is in vfio mode: it has no netdev, so ipam is ignored");
+    }
+    if is_pf && (conf.guid.is_some() || conf.link_state.is_some()) {
+        log::warn!(
+            "{vf_addr} is a PF passed through with vfio-pci: GUID and link_state apply to VFs only and are ignored (the PF has its own GUID)"
+        );
     }
 
     let _lock = ctx.lock_vf(vf_addr)?;
@@ -151,13 +166,24 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         pf_link,
         vf: dev.vf_index,
     };
-    let st = view.read()?;
+    let st = if is_pf {
+        super::vfattr::VfState::default()
+    } else {
+        view.read()?
+    };
     let ipoib_guid = host_link
         .as_ref()
         .and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
-    let orig_node = st.node_guid.map(|g| g.0);
-    let orig_port = st.port_guid.map(|g| g.0).or(ipoib_guid);
+    let (orig_node, orig_port) = st.guids_with_ipoib(ipoib_guid);
+    if let (Some(nl), Some(ip)) = (st.port_guid.map(|g| g.0), ipoib_guid) {
+        if nl != ip {
+            log::info!(
+                "VF {vf_addr}: the PF reports port GUID {nl}, its IPoIB address says {ip}; using {ip}"
+            );
+        }
+    }
     let set_guid = match conf.guid {
+        Some(_) if is_pf => None,
         Some((g, src)) => {
             if orig_node == Some(g) && orig_port == Some(g) {
                 log::info!("VF {vf_addr} already has GUID {g} ({src:?}); no change");
@@ -166,12 +192,13 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 Some(g)
             }
         }
+        None if is_pf => None,
         None => {
             match orig_port.or(orig_node) {
                 Some(g) if g.is_assignable() => log::info!("VF {vf_addr} keeps its GUID {g}"),
                 Some(g) => {
                     return Err(CniError::config(format!(
-                        "VF {vf_addr} has GUID {g}, which is not a usable GUID, and none was given: set runtimeConfig.infinibandGUID (capability infinibandGUID), args.cni.guid or guid"
+                        "VF {vf_addr} has GUID {g}, which is not a usable GUID, and none was given: set runtimeConfig.infinibandGUID (capability infinibandGUID) or args.cni.guid"
                     )))
                 }
                 None => log::warn!(
@@ -196,7 +223,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     }
 
     let mut plan = Vec::new();
-    if let Some(want) = conf.link_state.filter(|want| orig_ls != Some(*want)) {
+    let want_ls = conf.link_state.filter(|_| !is_pf);
+    if let Some(want) = want_ls.filter(|want| orig_ls != Some(*want)) {
         plan.push(Step::LinkState {
             orig: orig_ls,
             want,
@@ -327,12 +355,15 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     }
 }
 
-/// A vfio VF's result entry, then completion: `complete` written without fsync.
+/// A vfio device's result entry, then completion: `complete` written without fsync.
+/// The entry is `CNI_IFNAME` with the pod netns as `sandbox` (and the PCI address as
+/// `pciID` in 1.1.0), as the Go plugin's result (543060da, cmd/ib-sriov-cni/main.go
+/// `cmdAdd`): Multus' network-status and KubeVirt key on that name.
 fn finish(ctx: &Ctx, j: &mut Journal, out: &mut CniOutput) -> Result<(), CniError> {
     if j.vfio {
         out.interfaces.push(Interface {
-            name: j.vf.to_string(),
-            sandbox: String::new(),
+            name: j.ifname.clone(),
+            sandbox: j.netns.clone().unwrap_or_default(),
             pci_id: Some(j.vf.to_string()),
             ..Default::default()
         });
@@ -341,6 +372,41 @@ fn finish(ctx: &Ctx, j: &mut Journal, out: &mut CniOutput) -> Result<(), CniErro
     j.complete = true;
     ctx.store.save_nosync(j)?;
     Ok(())
+}
+
+/// A device that is not an SR-IOV VF (a PF, or a PCI function without SR-IOV), as the
+/// Go plugin accepts it since 2026-03: passed through to the pod only when bound to
+/// vfio-pci (KubeVirt, DPDK); nothing to move, no GUID or link state to set (those are
+/// VF attributes set through the PF). Described as a VF of itself, index 0, so the
+/// journal, the holder link and DEL treat it like a vfio VF with an empty plan.
+///
+/// Errors: code 7 when it is not bound to vfio-pci (the plugin moves VF netdevs only;
+/// a PF netdev is the node's).
+fn pf_passthrough(
+    ctx: &Ctx,
+    addr: crate::types::PciAddress,
+) -> Result<crate::sysfs::VfDevice, CniError> {
+    let driver = ctx
+        .sysfs
+        .driver(addr)
+        .map_err(|e| CniError::config(format!("reading the driver of {addr}: {e}")))?;
+    if driver.as_deref() != Some(crate::sysfs::VFIO_PCI_DRIVER) {
+        return Err(CniError::config(format!(
+            "{addr} is not an SR-IOV VF (no physfn link): a PF can only be passed through bound to vfio-pci with vfioPciMode (it is bound to {})",
+            driver.as_deref().unwrap_or("no driver")
+        )));
+    }
+    log::info!("{addr} is a PF bound to vfio-pci: PF passthrough (vfio mode)");
+    Ok(crate::sysfs::VfDevice {
+        addr,
+        pf: addr,
+        vf_index: crate::types::VfIndex(0),
+        pf_netdev: None,
+        netdev: None,
+        driver,
+        rdma_devices: Vec::new(),
+        pkeys: Vec::new(),
+    })
 }
 
 /// The device-info content, from the journal's facts as they are when the step runs (a

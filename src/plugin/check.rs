@@ -113,6 +113,10 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         }
     }
 
+    if j.vf == j.pf {
+        // PF passthrough: no VF attributes were set.
+        return Ok(());
+    }
     let host_nl = Netlink::open()?;
     let view = PfView::for_journal(&host_nl, &ctx.sysfs, &j);
     let st = view.read()?;

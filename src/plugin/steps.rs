@@ -517,7 +517,7 @@ fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
 
 /// Bound on IPv6 duplicate address detection (containernetworking/plugins
 /// `ipam.ConfigureIface` waits 10 s in `ip.SettleAddresses`).
-pub const DAD_WAIT: Duration = Duration::from_secs(10);
+pub const DAD_WAIT: Duration = Duration::from_secs(5);
 
 /// Configures the interface as containernetworking/plugins `pkg/ipam/ipam_linux.go`
 /// `ConfigureIface` does (what the Go plugin calls):

@@ -36,6 +36,29 @@ pub struct VfState {
     pub port_guid: Option<(Guid, Via)>,
 }
 
+impl VfState {
+    /// The VF's (node, port) GUIDs, given the port GUID its IPoIB netdev's hardware
+    /// address holds (`ipoib`: the last 8 of its 20 bytes, `None` when the VF has no
+    /// IPoIB netdev in reach).
+    ///
+    /// The IPoIB address is the truth for the port GUID (the Go plugin reads it there
+    /// too). mlx5 reports through `IFLA_VF_IB_{NODE,PORT}_GUID` only what was set over
+    /// netlink since the driver loaded (`mlx5_ib_get_vf_guid` in
+    /// drivers/infiniband/hw/mlx5/ib_virt.c returns the cached `vfs_ctx`), so a GUID
+    /// assigned by firmware, MLNX_OFED sysfs or before a driver reload reads as all-zero
+    /// there. So, when `ipoib` is known, a zero read from the PF means "unknown": the port
+    /// GUID is `ipoib`, and a node GUID reading zero is taken to be `ipoib` as well (the
+    /// plugin always sets both to one value).
+    pub fn guids_with_ipoib(&self, ipoib: Option<Guid>) -> (Option<Guid>, Option<Guid>) {
+        let known =
+            |g: Option<(Guid, Via)>| g.map(|g| g.0).filter(|g| ipoib.is_none() || !g.is_zero());
+        (
+            known(self.node_guid).or(ipoib),
+            ipoib.or(known(self.port_guid)),
+        )
+    }
+}
+
 fn sysfs_kind(k: GuidKind) -> sysfs::GuidKind {
     match k {
         GuidKind::Node => sysfs::GuidKind::Node,
@@ -204,5 +227,52 @@ impl<'a> PfView<'a> {
     pub fn set_guids(&self, node: Guid, port: Guid, prefer: Option<Via>) -> Result<Via, CniError> {
         let via = self.set_guid(GuidKind::Node, node, prefer)?;
         self.set_guid(GuidKind::Port, port, Some(via))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(s: &str) -> Guid {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipoib_address_is_the_port_guid_truth() {
+        let zero = g("00:00:00:00:00:00:00:00");
+        let fw = g("0c:42:a1:03:00:b1:c2:d3");
+        let set = g("02:00:00:00:00:00:00:07");
+        let st = |node: Guid, port: Guid| VfState {
+            link_state: None,
+            node_guid: Some((node, Via::Netlink)),
+            port_guid: Some((port, Via::Netlink)),
+        };
+        // mlx5 after a driver reload: netlink reads zero, the netdev knows the GUID.
+        assert_eq!(
+            st(zero, zero).guids_with_ipoib(Some(fw)),
+            (Some(fw), Some(fw))
+        );
+        // Netlink and the netdev agree.
+        assert_eq!(
+            st(set, set).guids_with_ipoib(Some(set)),
+            (Some(set), Some(set))
+        );
+        // Netlink's cached value is stale (changed via OFED sysfs): the netdev wins for
+        // the port; the node keeps what the PF says.
+        assert_eq!(
+            st(set, set).guids_with_ipoib(Some(fw)),
+            (Some(set), Some(fw))
+        );
+        // No netdev in reach (vfio, or not IPoIB): the PF's values, zero included.
+        assert_eq!(
+            st(zero, zero).guids_with_ipoib(None),
+            (Some(zero), Some(zero))
+        );
+        assert_eq!(VfState::default().guids_with_ipoib(None), (None, None));
+        assert_eq!(
+            VfState::default().guids_with_ipoib(Some(fw)),
+            (Some(fw), Some(fw))
+        );
     }
 }
