@@ -13,6 +13,7 @@ pub mod cni;
 pub mod config;
 pub mod failpoint;
 pub mod fsutil;
+pub mod gocache;
 pub mod ipam;
 pub mod journal;
 pub mod logging;

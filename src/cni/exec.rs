@@ -102,6 +102,22 @@ impl Delegate {
         )))
     }
 
+    /// True when the delegate's VERSION reply lists `version` in `supportedVersions`
+    /// (SPEC.md "VERSION"). GC and STATUS (1.1.0) are sent only to delegates that list
+    /// 1.1.0: an older one (Debian's host-local 1.1.1) answers them with "unknown
+    /// CNI_COMMAND", which says nothing about the network.
+    ///
+    /// Errors: as [`Delegate::run`] for the VERSION call.
+    pub fn supports(&self, env: &CniEnv, version: &str) -> Result<bool, CniError> {
+        let stdin = serde_json::json!({ "cniVersion": version }).to_string();
+        let reply = self.run(Command::Version, env, stdin.as_bytes())?;
+        Ok(reply
+            .as_ref()
+            .and_then(|r| r.get("supportedVersions"))
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(version))))
+    }
+
     /// Runs the delegate with `command`, the environment of `env` (`CNI_COMMAND`,
     /// `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME`, `CNI_ARGS` as received, `CNI_PATH`;
     /// the rest of this process's environment is inherited, e.g. `KUBECONFIG` for

@@ -29,15 +29,15 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         .ok_or_else(|| CniError::config("CHECK needs prevResult (the result of ADD)"))?;
     let ipam = ctx.ipam()?;
     let id = format!("{}/{}", env.container_id, env.ifname);
-    let j = ctx
-        .store
-        .load(&env.container_id, &env.ifname)?
-        .ok_or_else(|| {
-            fail(format!(
-                "no attachment {id}: no journal in {}",
-                ctx.store.dir().display()
-            ))
-        })?;
+    let Some(j) = ctx.store.load(&env.container_id, &env.ifname)? else {
+        if let Some(go) = super::upgrade::find(ctx)? {
+            return super::upgrade::check(ctx, &go);
+        }
+        return Err(fail(format!(
+            "no attachment {id}: no journal in {}",
+            ctx.store.dir().display()
+        )));
+    };
     if !j.complete {
         return Err(fail(format!("the ADD of {id} did not complete")));
     }

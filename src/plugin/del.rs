@@ -5,7 +5,9 @@
 //! no device is moved (whatever the pod has under CNI_IFNAME is the pod's), and the IPAM
 //! allocation of (containerID, ifname) is released when the configuration allows it
 //! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). An unusable IPAM
-//! configuration then only logs: DEL of something never made succeeds.
+//! configuration then only logs: DEL of something never made succeeds. An attachment the
+//! Go ib-sriov-cni made (its cache file, no journal) is undone as its DEL would
+//! (`upgrade`).
 
 use super::steps::{release_with, resolve_pod, undo, Host};
 use super::Ctx;
@@ -22,6 +24,9 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
         }
         None => {
+            if let Some(go) = super::upgrade::find(ctx)? {
+                return super::upgrade::del(ctx, go);
+            }
             log::info!(
                 "no journal for {}/{}: ADD made nothing to restore",
                 env.container_id,

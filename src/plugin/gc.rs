@@ -134,11 +134,18 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                 Err(e) => errs.push(ipam_error(e)),
             }
         }
-        Some(Ipam::External(d)) => {
-            if let Err(e) = ctx.delegate(d, Command::Gc) {
-                errs.push(e);
+        Some(Ipam::External(d)) => match d.supports(ctx.env, "1.1.0") {
+            Ok(true) => {
+                if let Err(e) = ctx.delegate(d, Command::Gc) {
+                    errs.push(e);
+                }
             }
-        }
+            Ok(false) => log::info!(
+                "GC: ipam plugin {} does not support CNI 1.1.0 (no GC); its allocations are its own",
+                d.plugin_type
+            ),
+            Err(e) => errs.push(e),
+        },
         None => {}
     }
     log::info!(

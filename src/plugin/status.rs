@@ -63,11 +63,23 @@ pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
             );
         }
         Some(Ipam::External(d)) => {
-            ctx.delegate(&d, Command::Status)
-                .map_err(|e| match e.code {
-                    code::PLUGIN_NOT_AVAILABLE | code::LIMITED_CONNECTIVITY => e,
-                    _ => unavailable(e.msg).with_details(e.details),
-                })?;
+            // A delegate older than 1.1.0 has no STATUS: found and runnable is all
+            // that can be said (its VERSION answered).
+            let supported = d
+                .supports(ctx.env, "1.1.0")
+                .map_err(|e| unavailable(e.msg).with_details(e.details))?;
+            if supported {
+                ctx.delegate(&d, Command::Status)
+                    .map_err(|e| match e.code {
+                        code::PLUGIN_NOT_AVAILABLE | code::LIMITED_CONNECTIVITY => e,
+                        _ => unavailable(e.msg).with_details(e.details),
+                    })?;
+            } else {
+                log::info!(
+                    "ipam plugin {} does not support CNI 1.1.0 (no STATUS); it answered VERSION",
+                    d.plugin_type
+                );
+            }
         }
         None => {}
     }

@@ -215,9 +215,12 @@ pub fn find_in_host(
             return Ok(Some(l));
         }
     }
-    if let Some(l) = host.nl.link_by_index(id.ifindex)? {
-        if same_device(&l, id, &vfs) {
-            return Ok(Some(l));
+    // ifindex 0: not recorded (an attachment converted from the Go plugin's cache).
+    if id.ifindex != 0 {
+        if let Some(l) = host.nl.link_by_index(id.ifindex)? {
+            if same_device(&l, id, &vfs) {
+                return Ok(Some(l));
+            }
         }
     }
     Ok(None)
@@ -508,7 +511,7 @@ fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
         .link_by_name(&env.ifname)?
         .map(|l| l.index)
         .ok_or_else(|| CniError::host(format!("{} vanished from the pod", env.ifname)))?;
-    configure_iface(&cx.pod, &env.ifname, index, &ips, &routes)?;
+    configure_iface(cx.pod, &env.ifname, index, &ips, &routes)?;
     hit("add.addresses")?;
     cx.out.ips = ips;
     cx.out.routes = routes;

@@ -1,0 +1,255 @@
+//! Attachments made by the Go ib-sriov-cni before the binary was swapped in place: DEL
+//! and CHECK of a (containerID, ifname) that has a Go cache file and no journal of ours
+//! ([`crate::gocache`]).
+//!
+//! DEL converts the cache into a journal of ours that undoes what Go's DEL undoes
+//! (k8snetworkplumbingwg/ib-sriov-cni 543060da, `cmd/ib-sriov-cni/main.go` `cmdDel`,
+//! `pkg/sriov/sriov.go` `ReleaseVF`/`ResetVFConfig`), saves that journal durably, removes
+//! the Go file, and then runs the ordinary journal-driven teardown, so a crash at any
+//! point leaves either the Go file or our journal for the next DEL:
+//! - the IPAM allocation, released with the DEL call's own configuration (Go keeps only
+//!   `ipam.type`), unless in vfio mode;
+//! - the VF netdev, back to the host under `HostIFNames`, left down (as Go leaves it);
+//! - the RDMA device, back to the host (`rdmaIsolation`);
+//! - the node and port GUID set to `HostIFGUID` (all-ones when it read all-zero) and the
+//!   driver rebound (not in vfio mode), when ADD set a GUID;
+//! - the VF link state set to `auto` when `link_state` was configured.
+//!
+//! Differences, all deliberate: a pod netns that is gone does not skip the VF reset (Go
+//! returns at once and leaves the pod's GUID on the VF); the netdev is proved to be the
+//! VF's before it is moved (its parent device, and the GUID ADD set in its IPoIB address)
+//! where Go takes whatever has the name; an empty `CNI_NETNS` does not skip the work.
+
+use super::del::teardown_locked;
+use super::steps::{ns_id, Host};
+use super::Ctx;
+use crate::cni::CniError;
+use crate::gocache::{self, GoAttachment};
+use crate::journal::{Journal, NetdevId, Step, JOURNAL_VERSION};
+use crate::netlink::Netlink;
+use crate::netns::NetNs;
+use crate::types::{format_hwaddr, Guid, LinkState, VfIndex};
+use std::path::PathBuf;
+
+/// Where a Go cache of this attachment may be: the configured `stateDir` (the default
+/// is the Go plugin's own directory) and, when that differs, the Go plugin's fixed one.
+fn dirs(ctx: &Ctx) -> Vec<PathBuf> {
+    let mut d = vec![ctx.conf.state_dir.clone()];
+    let go = PathBuf::from(gocache::GO_CACHE_DIR);
+    if !d.contains(&go) {
+        d.push(go);
+    }
+    d
+}
+
+/// The Go cache of the call's attachment, if any.
+///
+/// Errors: code 11 (I/O) or 7 (content) naming the file; the file is left in place.
+pub(super) fn find(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
+    for dir in dirs(ctx) {
+        match gocache::load(&dir, &ctx.env.container_id, &ctx.env.ifname) {
+            Ok(Some(a)) => return Ok(Some(a)),
+            Ok(None) => {}
+            Err(e @ gocache::GoCacheError::Io(..)) => {
+                return Err(CniError::new(crate::cni::code::IO_FAILURE, e.to_string()))
+            }
+            Err(e) => return Err(CniError::config(e.to_string())),
+        }
+    }
+    Ok(None)
+}
+
+/// DEL of an attachment the Go plugin made.
+///
+/// Errors: as the journal-driven teardown (`del::teardown_locked`); the journal made
+/// from the cache is kept for a retry.
+pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
+    let env = ctx.env;
+    log::info!(
+        "{}/{} was attached by the Go ib-sriov-cni ({}): undoing it as the Go plugin's DEL would",
+        env.container_id,
+        env.ifname,
+        go.path.display()
+    );
+    let host = Host::open(&ctx.sysfs)?;
+    let _lock = ctx.lock_vf(go.vf)?;
+    let j = journal_from(ctx, &go)?;
+    ctx.store.save(&j)?;
+    if let Err(e) = ctx.store.set_holder(j.vf, &j.container_id, &j.ifname) {
+        log::warn!("holder link of VF {}: {e}", j.vf);
+    }
+    crate::fsutil::remove_durable(&go.path).map_err(|e| {
+        CniError::new(
+            crate::cni::code::IO_FAILURE,
+            format!("removing Go plugin cache {}: {e}", go.path.display()),
+        )
+    })?;
+    teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
+}
+
+/// CHECK of an attachment the Go plugin made (Go's own CHECK succeeds without looking):
+/// the pod netns opens and, unless in vfio mode, the VF netdev is in it under
+/// `CNI_IFNAME`, proved by parent device where the kernel reports one.
+///
+/// Errors: code 104 naming what is missing.
+pub(super) fn check(ctx: &Ctx, go: &GoAttachment) -> Result<(), CniError> {
+    let fail = |m: String| CniError::new(crate::cni::code::CHECK_FAILED, m);
+    let netns = ctx.env.netns.as_deref().unwrap_or_default();
+    let ns = NetNs::open(netns).map_err(|e| fail(format!("{e}")))?;
+    if go.vfio {
+        return Ok(());
+    }
+    let nl = Netlink::open_in(&ns)?;
+    match pod_netdev(&nl, &ctx.env.ifname, go)? {
+        Some(_) => Ok(()),
+        None => Err(fail(format!(
+            "{} in {netns} is not the netdev of VF {} (attached by the Go plugin)",
+            ctx.env.ifname, go.vf
+        ))),
+    }
+}
+
+/// The VF netdev in the pod under `name`, when it can be the VF's: its parent device is
+/// the VF (Linux 5.14+ reports it), or, without a parent, its 20-byte IPoIB address
+/// ends with the GUID ADD set; with neither to check (no parent reported, no GUID set),
+/// the name is all the Go cache offers and is taken, with a log line saying so.
+fn pod_netdev(
+    nl: &Netlink,
+    name: &str,
+    go: &GoAttachment,
+) -> Result<Option<crate::netlink::Link>, CniError> {
+    let Some(l) = nl.link_by_name(name)? else {
+        return Ok(None);
+    };
+    let vf = go.vf.to_string();
+    let ok = match &l.parent_dev {
+        Some(p) => *p == vf,
+        None => match (Guid::from_ipoib_hwaddr(&l.address), go.applied_guid) {
+            (Some(have), Some(want)) => have == want,
+            _ => {
+                log::warn!(
+                    "{name} in the pod: the kernel reports no parent device and the Go cache records no GUID to compare; taken by name as the VF's netdev"
+                );
+                true
+            }
+        },
+    };
+    if ok {
+        Ok(Some(l))
+    } else {
+        log::warn!(
+            "{name} in the pod is not the netdev of VF {vf} (parent {:?}, address {}): not touched",
+            l.parent_dev,
+            format_hwaddr(&l.address)
+        );
+        Ok(None)
+    }
+}
+
+/// The journal that undoes what the Go plugin's ADD did, in our step order (undone in
+/// reverse: IPAM, netdev, RDMA device, GUID, link state).
+fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
+    let env = ctx.env;
+    let dev = ctx.sysfs.discover_vf(go.vf).ok();
+    let pf = dev.as_ref().map(|d| d.pf).unwrap_or(go.vf);
+    let vf_index = dev
+        .as_ref()
+        .map(|d| d.vf_index)
+        .or(go.vf_index.map(VfIndex))
+        .unwrap_or(VfIndex(0));
+    // The pod netns as DEL names it (Go records none): identity taken now, so a retry
+    // acts only in this same namespace.
+    let (netns_id, pod_link) = match env.netns.as_deref().map(NetNs::open) {
+        Some(Ok(ns)) => {
+            let id = ns_id(&ns)?;
+            let link = if go.vfio {
+                None
+            } else {
+                let nl = Netlink::open_in(&ns)?;
+                let name = go.pod_name.as_deref().unwrap_or(&env.ifname);
+                pod_netdev(&nl, name, go)?
+            };
+            (Some(id), link)
+        }
+        Some(Err(e)) => {
+            log::info!("pod netns: {e}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    let mut steps = Vec::new();
+    if let Some(want) = go.link_state {
+        // Go's ResetVFConfig sets `auto` whatever the state was before ADD.
+        steps.push(Step::LinkState {
+            orig: Some(LinkState::Auto),
+            want,
+            via: None,
+        });
+    }
+    if let Some(g) = go.restore_guid {
+        steps.push(Step::Guid {
+            orig_node: Some(g),
+            orig_port: Some(g),
+            want: go.applied_guid.unwrap_or(g),
+            via: None,
+            rebind: !go.vfio,
+        });
+    }
+    if let Some(device) = &go.rdma_device {
+        steps.push(Step::RdmaMove {
+            device: device.clone(),
+        });
+    }
+    if !go.vfio {
+        let netdev = match &pod_link {
+            Some(l) => NetdevId {
+                ifindex: 0,
+                hwaddr: format_hwaddr(&l.address),
+                parent: l.parent_dev.clone(),
+            },
+            // Unknown in the pod (gone with the netns, or not provable): found in the
+            // host under <VF>/net/ once the kernel returns it.
+            None => NetdevId {
+                ifindex: 0,
+                hwaddr: String::new(),
+                parent: Some(go.vf.to_string()),
+            },
+        };
+        steps.push(Step::MoveNetdev {
+            netdev,
+            host_name: go.host_name.clone().unwrap_or_else(|| env.ifname.clone()),
+            host_up: false,
+            pod_ifindex: pod_link.as_ref().map(|l| l.index),
+        });
+        if let Some(t) = &go.ipam_type {
+            steps.push(Step::Ipam {
+                ipam_type: t.clone(),
+            });
+        }
+    }
+    let mut conf = ctx.conf.raw.clone();
+    if let Some(o) = conf.as_object_mut() {
+        o.remove("prevResult");
+    }
+    Ok(Journal {
+        version: JOURNAL_VERSION,
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        netns_id,
+        network: if go.network.is_empty() {
+            ctx.conf.name.clone()
+        } else {
+            go.network.clone()
+        },
+        vf: go.vf,
+        pf,
+        vf_index,
+        pf_netdev: go.pf_netdev.clone().or(dev.and_then(|d| d.pf_netdev)),
+        vfio: go.vfio,
+        rdma_isolation: go.rdma_device.as_ref().map(|_| true),
+        conf,
+        steps,
+        complete: true,
+    })
+}

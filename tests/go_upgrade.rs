@@ -1,0 +1,309 @@
+//! In-place upgrade from the Go ib-sriov-cni: pods it attached, each described by the
+//! cache file it wrote (fixtures in `tests/fixtures/go-cache/`, generated from the Go
+//! plugin's own types at k8snetworkplumbingwg/ib-sriov-cni 543060da; see the README
+//! there), are deleted by our binary as the Go plugin's DEL would: the emulated host is
+//! first put in the state the Go ADD leaves (the VF netdev in the pod as `net1` with its
+//! host-local address and default route, GUID and link state set), then DEL must
+//! restore what Go's DEL restores, release host-local's allocation, remove the cache;
+//! a second DEL changes nothing. CHECK, GC and STATUS tolerate the cache files.
+//! Needs root (netns, veth) and Debian's host-local (containernetworking-plugins).
+
+mod common;
+
+use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::lab::{list, Lab, Run};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const DEBIAN_CNI: &str = "/usr/lib/cni";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-cache")
+}
+
+fn manifest(name: &str) -> Value {
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("manifest.json")).unwrap()).unwrap();
+    m["fixtures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("fixture {name} not in manifest.json"))
+        .clone()
+}
+
+fn cni_path() -> String {
+    assert!(
+        Path::new(DEBIAN_CNI).join("host-local").exists(),
+        "{DEBIAN_CNI}/host-local is needed: apt-get install containernetworking-plugins"
+    );
+    format!(
+        "{}:{DEBIAN_CNI}",
+        common::lab::bin().parent().unwrap().display()
+    )
+}
+
+/// The DEL stdin: the ADD stdin the Go plugin got (Go's DEL hands the DEL call's own
+/// stdin to the IPAM plugin), pointed at the lab's state and host-local directories.
+fn del_conf(lab: &Lab, f: &Value) -> Value {
+    let mut c = f["stdin"].clone();
+    c["stateDir"] = json!(lab.state);
+    c["logLevel"] = json!("debug");
+    if c["ipam"].get("type").is_some() {
+        c["ipam"]["dataDir"] = json!(lab.host.root().join("host-local"));
+    }
+    c
+}
+
+fn run(lab: &Lab, cmd: &str, f: &Value, pod: &Pod, conf: &Value) -> Run {
+    let path = cni_path();
+    let cid = f["containerID"].as_str().unwrap();
+    lab.run(cmd, cid, pod.netns(), conf, &[("CNI_PATH", path.as_str())])
+}
+
+/// Installs the cache file as the Go plugin wrote it (dir 0700, file 0600).
+fn install_cache(lab: &Lab, f: &Value) -> PathBuf {
+    std::fs::create_dir_all(&lab.state).unwrap();
+    std::fs::set_permissions(&lab.state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let src = fixtures()
+        .join(f["dir"].as_str().unwrap())
+        .join(f["file"].as_str().unwrap());
+    let dst = lab.state.join(f["file"].as_str().unwrap());
+    std::fs::copy(&src, &dst).unwrap();
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o600)).unwrap();
+    dst
+}
+
+fn write(p: Option<PathBuf>, v: &str) {
+    std::fs::write(p.unwrap(), format!("{v}\n")).unwrap();
+}
+
+/// What the Go ADD leaves for a VF with a netdev: GUID (both) and link state set, the
+/// netdev in the pod as net1, up, with host-local's address and the configured routes
+/// (allocated by running host-local itself, keyed by the pod's container ID).
+fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
+    let vf = lab.host.vf(f["vf"].as_u64().unwrap() as u32);
+    let stdin = &f["stdin"];
+    if let Some(g) = stdin["runtimeConfig"]["infinibandGUID"].as_str() {
+        write(vf.ofed_node(), g);
+        write(vf.ofed_port(), g);
+    }
+    if stdin.get("link_state").is_some() {
+        write(vf.ofed_policy(), "Up");
+    }
+    if vf.is_vfio() {
+        return;
+    }
+    let dev = vf.netdev.as_ref().unwrap();
+    lab.host.host_ip(&["link", "set", dev, "down"]);
+    lab.host
+        .host_ip(&["link", "set", dev, "netns", pod.netns(), "name", "net1"]);
+    assert!(pod
+        .exec(&["ip", "link", "set", "net1", "up"])
+        .status
+        .success());
+    // host-local's ADD, as ipam.ExecAdd ran it, then ConfigureIface's address and routes.
+    let mut ipam_conf = conf.clone();
+    ipam_conf.as_object_mut().unwrap().remove("stateDir");
+    let cid = f["containerID"].as_str().unwrap();
+    let out = lab.host.run_plugin(
+        &Path::new(DEBIAN_CNI).join("host-local"),
+        "ADD",
+        cid,
+        pod.netns(),
+        "net1",
+        &ipam_conf.to_string(),
+        &[("CNI_PATH", DEBIAN_CNI)],
+    );
+    assert!(out.status.success(), "host-local ADD: {out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let addr = r["ips"][0]["address"].as_str().unwrap();
+    assert!(pod
+        .exec(&["ip", "addr", "add", addr, "dev", "net1"])
+        .status
+        .success());
+    assert!(pod
+        .exec(&[
+            "ip",
+            "route",
+            "add",
+            "default",
+            "via",
+            "10.56.217.1",
+            "dev",
+            "net1"
+        ])
+        .status
+        .success());
+}
+
+fn host_local_held(lab: &Lab, network: &str) -> Vec<String> {
+    list(&lab.host.root().join("host-local").join(network))
+        .into_iter()
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+/// Runs one fixture: Go's ADD state, CHECK, GC and STATUS tolerate it, DEL restores as
+/// Go's DEL, a second DEL changes nothing. `expect` adjusts the pre-ADD snapshot to
+/// what Go's DEL leaves (its documented differences from "as before ADD").
+fn upgrade_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSnapshot)) {
+    let lab = Lab::new(opts);
+    let f = manifest(name);
+    let vf = lab.host.vf(f["vf"].as_u64().unwrap() as u32).clone();
+    let pod = lab.host.new_pod();
+    let conf = del_conf(&lab, &f);
+    let before = lab.host.snapshot();
+    go_add(&lab, &f, &pod, &conf);
+    let cache = install_cache(&lab, &f);
+
+    // CHECK (Go's CHECK never failed): the VF netdev is in the pod.
+    let mut c = conf.clone();
+    c["prevResult"] = json!({"cniVersion": "1.0.0"});
+    run(&lab, "CHECK", &f, &pod, &c).expect_ok();
+    // GC with nothing valid and STATUS leave a Go-attached pod alone.
+    let mut gc = conf.clone();
+    gc["cniVersion"] = json!("1.1.0");
+    gc["cni.dev/valid-attachments"] = json!([]);
+    run(&lab, "GC", &f, &pod, &gc).expect_ok();
+    run(&lab, "STATUS", &f, &pod, &gc).expect_ok();
+    assert!(cache.exists(), "GC left the Go cache alone");
+    let network = f["stdin"]["name"].as_str().unwrap();
+    if !vf.is_vfio() {
+        assert_eq!(host_local_held(&lab, network).len(), 1);
+        assert!(pod.links().contains(&"net1".to_string()));
+    }
+
+    run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+    assert!(
+        !cache.exists(),
+        "the Go cache is removed by a successful DEL"
+    );
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert!(host_local_held(&lab, network).is_empty(), "IP released");
+    let mut want = before.clone();
+    expect(&lab, &mut want);
+    assert_eq!(lab.host.snapshot(), want, "{name}: host after DEL");
+    let after = lab.host.snapshot();
+    run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), after, "second DEL changes nothing");
+}
+
+/// The netdev of VF `n` comes back under its host name and is left down (Go's
+/// ReleaseVF sets it down and never up again).
+fn netdev_down(lab: &Lab, v: &mut HostSnapshot, n: u32) {
+    let name = lab.host.vf(n).netdev.clone().unwrap();
+    let l = v.links.iter_mut().find(|l| l.name == name).unwrap();
+    l.up = false;
+}
+
+/// Sets the expected content of one OFED file.
+fn ofed(lab: &Lab, v: &mut HostSnapshot, file: Option<PathBuf>, content: &str) {
+    let rel = file
+        .unwrap()
+        .strip_prefix(lab.host.root())
+        .unwrap()
+        .display()
+        .to_string();
+    let e = v.ofed.iter_mut().find(|(p, _)| *p == rel).unwrap();
+    e.1 = format!("{content}\n");
+}
+
+/// (a) GUID from runtimeConfig, host-local: netdev back down under its name; node and
+/// port GUID set to HostIFGUID (the old port GUID: Go sets both), driver rebound.
+#[test]
+fn go_attached_with_guid_and_host_local() {
+    upgrade_case("a-guid-hostlocal", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 0);
+        ofed(
+            lab,
+            v,
+            lab.host.vf(0).ofed_node(),
+            "02:00:00:00:00:02:00:00",
+        );
+        assert_eq!(lab.driver_file("mlx5_core", "bind"), "0000:af:00.2");
+    });
+}
+
+/// (f) pod (a) as the v1.2.1 release wrote it (struct key order, no vfioPciMode).
+#[test]
+fn go_v1_2_1_cache() {
+    upgrade_case("f-legacy-v1.2.1", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 0);
+        ofed(
+            lab,
+            v,
+            lab.host.vf(0).ofed_node(),
+            "02:00:00:00:00:02:00:00",
+        );
+    });
+}
+
+/// (b) no GUID: netdev back, no GUID write, no rebind.
+#[test]
+fn go_attached_without_guid() {
+    upgrade_case("b-noguid-hostlocal", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 2);
+        assert_eq!(lab.driver_file("mlx5_core", "bind"), "");
+    });
+}
+
+/// (c) link_state enable: set back to auto (Follow), whatever it was before ADD.
+#[test]
+fn go_attached_with_link_state() {
+    upgrade_case("c-linkstate-enable", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 3);
+        assert_eq!(lab.read(lab.host.vf(3).ofed_policy()), "Follow");
+    });
+}
+
+/// (d) vfio: no netdev, no IPAM; node and port GUID set to all-ones (Go's default GUID,
+/// HostIFGUID in vfio mode); no rebind.
+#[test]
+fn go_attached_vfio() {
+    upgrade_case(
+        "d-vfio",
+        EmuOptions {
+            vfio: vec![1],
+            ..Default::default()
+        },
+        |lab, v| {
+            let vf = lab.host.vf(1);
+            ofed(lab, v, vf.ofed_node(), "ff:ff:ff:ff:ff:ff:ff:ff");
+            ofed(lab, v, vf.ofed_port(), "ff:ff:ff:ff:ff:ff:ff:ff");
+            assert_eq!(lab.driver_file("vfio-pci", "unbind"), "");
+        },
+    );
+}
+
+/// Every fixture, current and legacy (v1.2.1) format, parses; a corrupt cache is an
+/// error naming the file (DEL keeps failing rather than guessing, and the file stays).
+#[test]
+fn every_fixture_parses_and_a_corrupt_one_is_named() {
+    for dir in ["ib-sriov", "ib-sriov-v1.2.1"] {
+        for name in list(&fixtures().join(dir)) {
+            let p = fixtures().join(dir).join(&name);
+            let a = ib_sriov_cni::gocache::parse(&std::fs::read(&p).unwrap(), p.clone())
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(a.vf.to_string().starts_with("0000:af:00."), "{name}");
+        }
+    }
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let f = manifest("b-noguid-hostlocal");
+    let conf = del_conf(&lab, &f);
+    let cache = install_cache(&lab, &f);
+    std::fs::write(&cache, "{\"deviceID\": 5").unwrap();
+    let e = run(&lab, "DEL", &f, &pod, &conf).expect_code(7);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains(f["file"].as_str().unwrap()),
+        "{e}"
+    );
+    assert!(cache.exists());
+}
