@@ -15,42 +15,13 @@
 mod common;
 
 use common::emuhost::{exec_in_netns, EmuHost, EmuOptions, Pod};
+use common::libcni::driver;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::process::Output;
 
 const NET: &str = "ibnet";
 const IFNAME: &str = "net1";
-
-/// The libcni driver, built on first use (once per test binary). Panics with the build's
-/// output when it cannot be built.
-fn driver() -> &'static Path {
-    static DRIVER: OnceLock<PathBuf> = OnceLock::new();
-    DRIVER.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libcni-driver");
-        let out = dir.join("libcni-driver");
-        // Built under a per-process name and renamed into place, so that two test runs
-        // building at once never execute a half-written binary.
-        let tmp = dir.join(format!("libcni-driver.{}", std::process::id()));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/libcni/build.sh");
-        let build = Command::new(&script)
-            .arg(&tmp)
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        assert!(
-            build.status.success(),
-            "building the libcni driver with {} failed ({}):\n{}{}",
-            script.display(),
-            build.status,
-            String::from_utf8_lossy(&build.stdout),
-            String::from_utf8_lossy(&build.stderr)
-        );
-        std::fs::rename(&tmp, &out)
-            .unwrap_or_else(|e| panic!("renaming {} into place: {e}", tmp.display()));
-        out
-    })
-}
 
 /// How the network configuration is handed to libcni.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -313,22 +313,24 @@ impl Netlink {
         Ok(out)
     }
 
-    /// Adds `route` through the link with `NLM_F_CREATE | NLM_F_APPEND` (no
-    /// `NLM_F_EXCL`), as vishvananda/netlink `RouteAddEcmp` does for
-    /// containernetworking/plugins `ipam.ConfigureIface`: a route whose destination
-    /// already exists (the pod's default route on `eth0`, another rail's route to the
-    /// same subnet) is added beside it (IPv4: a further route of the same prefix and
-    /// metric, the first one used; IPv6: a further nexthop of a multipath route) instead
-    /// of failing with `EEXIST`. `priority` (`RTA_PRIORITY`), `table` (`RTA_TABLE`),
-    /// `scope` (`rtm_scope`), `mtu` and `advmss` (`RTA_METRICS`) are set when present
+    /// Adds `route` through the link with `NLM_F_CREATE` and neither `NLM_F_EXCL` nor
+    /// `NLM_F_REPLACE`, as vishvananda/netlink `RouteAddEcmp` does for
+    /// containernetworking/plugins `ipam.ConfigureIface` (what the Go plugin calls): a
+    /// route whose destination already exists through another next hop (the pod's
+    /// default route on `eth0`, another rail's route to the same subnet) is added beside
+    /// it instead of failing with `EEXIST` (IPv4: a further route of the same prefix and
+    /// metric, inserted before the existing one, as `ip route prepend`; IPv6: a further
+    /// nexthop of an ECMP route). An identical route (same next hop and device) is still
+    /// `EEXIST`. `priority` (`RTA_PRIORITY`), `table` (`RTA_TABLE`), `scope`
+    /// (`rtm_scope`), `mtu` and `advmss` (`RTA_METRICS`) are set when present
     /// (include/uapi/linux/rtnetlink.h). `route.gw` is used as given: resolving a missing
     /// gateway is the caller's business.
     ///
     /// Errors: the kernel's errno, e.g. `ENETUNREACH` for a gateway outside every
-    /// on-link prefix, `EINVAL` for a gateway of the other family (refused here).
+    /// on-link prefix; a gateway of the other family is refused here.
     pub fn add_route(&self, index: u32, route: &Route) -> Result<(), NlError> {
         use netlink_packet_core::{
-            NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+            NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
         };
         use netlink_packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
         use netlink_packet_route::RouteNetlinkMessage;
@@ -403,7 +405,7 @@ impl Netlink {
             msg.attributes.push(RouteAttribute::Metrics(metrics));
         }
         let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
-        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
+        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
         let mut handle = self.handle.clone();
         self.rt.block_on(async move {
             let mut resp = handle

@@ -526,13 +526,14 @@ pub const DAD_WAIT: Duration = Duration::from_secs(5);
 /// `ConfigureIface` does (what the Go plugin calls):
 /// 1. before the first IPv6 address, `net.ipv6.conf.{lo,<ifname>}.disable_ipv6` is set to
 ///    0 in the pod netns when it is not 0 already (a netns created with IPv6 disabled
-///    would refuse the address). No undo: the interface's IPv6 settings go with it when
-///    it leaves the pod, and `lo` belongs to the pod;
+///    would refuse the address), and `net.ipv6.conf.<ifname>.keep_addr_on_down` to 1.
+///    No undo: the interface's IPv6 settings go with it when it leaves the pod, and `lo`
+///    belongs to the pod;
 /// 2. every address is added;
 /// 3. IPv6 duplicate address detection is waited for (bounded by [`DAD_WAIT`]; an
 ///    address that failed DAD is an error), so the pod never starts on a tentative
 ///    address it cannot bind (Go waits only when an IPv6 gateway is set);
-/// 4. every route is added with append semantics ([`Netlink::add_route`]: beside an
+/// 4. every route is added with `RouteAddEcmp` semantics ([`Netlink::add_route`]: beside an
 ///    existing route to the same destination, e.g. the pod's default route on `eth0` or
 ///    another rail's route), with its `priority`, `table`, `scope`, `mtu` and `advmss`;
 ///    a route without `gw` takes the gateway of the first address of its family.
@@ -568,9 +569,12 @@ fn configure_iface(
     Ok(())
 }
 
-/// Sets `/proc/sys/net/ipv6/conf/{lo,<ifname>}/disable_ipv6` to 0 where it is not,
-/// in the calling thread's netns. A missing file (IPv6 not built in) is left alone, as
-/// in `ConfigureIface`, and the address add then reports the error.
+/// Sets `/proc/sys/net/ipv6/conf/{lo,<ifname>}/disable_ipv6` to 0 where it is not, then
+/// `/proc/sys/net/ipv6/conf/<ifname>/keep_addr_on_down` to 1, in the calling thread's
+/// netns (containernetworking/plugins v1.9.1 `ConfigureIface`). An unreadable
+/// `disable_ipv6` is left alone, as there.
+///
+/// Errors: code 11 naming the sysctl that could not be written.
 fn enable_ipv6(ifname: &str) -> Result<(), CniError> {
     for dev in ["lo", ifname] {
         let path = format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6");
@@ -581,7 +585,8 @@ fn enable_ipv6(ifname: &str) -> Result<(), CniError> {
             Err(_) => {}
         }
     }
-    Ok(())
+    let path = format!("/proc/sys/net/ipv6/conf/{ifname}/keep_addr_on_down");
+    std::fs::write(&path, "1").map_err(|e| CniError::host(format!("setting {path} to 1: {e}")))
 }
 
 /// Waits until no IPv6 address of the link is tentative (`IFA_F_TENTATIVE`), polling

@@ -4,3 +4,4 @@
 
 pub mod emuhost;
 pub mod lab;
+pub mod libcni;
