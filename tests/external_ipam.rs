@@ -235,7 +235,8 @@ fn missing_delegate_and_dhcp_are_refused_up_front() {
 }
 
 /// GC and STATUS are forwarded with the same stdin (the valid-attachments list included)
-/// and environment; a delegate's STATUS code 50 is passed on.
+/// and environment to a delegate whose VERSION lists 1.1.0; a delegate's STATUS code 50
+/// is passed on. A delegate without 1.1.0 (Debian's host-local 1.1.1) gets neither.
 #[test]
 fn gc_and_status_are_forwarded() {
     let lab = Lab::default();
@@ -246,7 +247,9 @@ fn gc_and_status_are_forwarded() {
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\ninput=$(cat)\nprintf '%s %s\\n' \"$CNI_COMMAND\" \"$input\" >> {log}\n\
+            "#!/bin/sh\ninput=$(cat)\n\
+             if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}}'; exit 0; fi\n\
+             printf '%s %s\\n' \"$CNI_COMMAND\" \"$input\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = STATUS ] && [ -e {log}.down ]; then\n\
              echo '{{\"cniVersion\":\"1.1.0\",\"code\":50,\"msg\":\"pool service down\"}}'; exit 1; fi\n",
             log = log.display()
@@ -285,6 +288,66 @@ fn gc_and_status_are_forwarded() {
     );
     assert_eq!(lines[0].1["ipam"]["pool"], "p1");
     assert_eq!(lines[0].1["name"], "ibnet");
+
+    // Debian's host-local 1.1.1 lists no 1.1.0: GC and STATUS succeed without it.
+    let (hl, store) = host_local(&lab);
+    conf["ipam"] = hl;
+    lab.run("GC", "", "", &conf, &env).expect_ok();
+    lab.run("STATUS", "", "", &conf, &env).expect_ok();
+    assert!(held(&store).is_empty());
+}
+
+/// Every unusable IPAM configuration: ADD fails before or during IPAM and leaves
+/// nothing (no journal, host as before); DEL of the attachment succeeds, twice
+/// (issue 9 item 4: such pods could never be deleted). Cases: dhcp, a plugin missing
+/// from CNI_PATH, host-local with a malformed subnet (refused by host-local itself,
+/// after the journal was written), a delegate refusing the cniVersion (code 1 on ADD
+/// and DEL), a delegate refusing its configuration (code 7).
+#[test]
+fn unusable_ipam_never_blocks_del() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let bin = lab.host.root().join("fake-cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (name, code) in [("refuse-version", 1), ("refuse-config", 7)] {
+        let script = bin.join(name);
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncat >/dev/null\n\
+                 if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"0.3.1\",\"supportedVersions\":[\"0.3.1\"]}}'; exit 0; fi\n\
+                 echo '{{\"cniVersion\":\"0.3.1\",\"code\":{code},\"msg\":\"refused\"}}'; exit 1\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!("{}:{}", bin.display(), cni_path());
+    let env = [("CNI_PATH", path.as_str())];
+    let (mut typo, _) = host_local(&lab);
+    typo["subnet"] = json!("10.56.217.0/33");
+    for (i, ipam) in [
+        json!({"type": "dhcp"}),
+        json!({"type": "no-such-ipam"}),
+        typo,
+        json!({"type": "refuse-version"}),
+        json!({"type": "refuse-config"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cid = format!("u{i}");
+        let conf = with_ipam(&lab, "1.0.0", 0, ipam.clone());
+        let r = lab.run("ADD", &cid, pod.netns(), &conf, &env);
+        assert!(!r.ok, "ADD with {ipam} succeeded");
+        assert_eq!(lab.host.snapshot(), before, "{ipam}: rolled back");
+        assert!(lab.journals().is_empty(), "{ipam}: {:?}", lab.journals());
+        assert_eq!(pod.links(), ["lo"]);
+        lab.run("DEL", &cid, pod.netns(), &conf, &env).expect_ok();
+        lab.run("DEL", &cid, pod.netns(), &conf, &env).expect_ok();
+        assert_eq!(lab.host.snapshot(), before, "{ipam}");
+    }
 }
 
 /// An IPAM result without any IP is an error, as in the Go plugin ("IPAM plugin returned

@@ -44,7 +44,8 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
 
 /// IPAM of an attachment without a journal: released with DEL's own configuration when
 /// it is usable; an unusable one (dhcp, a plugin missing from CNI_PATH, a malformed
-/// range) cannot have allocated anything through this plugin, so it is only logged.
+/// range) cannot have allocated anything through this plugin, so it is only logged, as
+/// is a delegate's failing DEL.
 fn release_without_journal(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
     let ipam = match ctx.ipam() {
@@ -60,7 +61,22 @@ fn release_without_journal(ctx: &Ctx) -> Result<(), CniError> {
     };
     let raw = serde_json::to_vec(&ctx.conf.raw)
         .map_err(|e| CniError::internal(format!("encoding the config: {e}")))?;
-    release_with(ctx, ipam, ctx.conf, &raw, (&env.container_id, &env.ifname))
+    let delegated = matches!(ipam, Some(super::Ipam::External(_)));
+    match release_with(ctx, ipam, ctx.conf, &raw, (&env.container_id, &env.ifname)) {
+        // Without a journal this plugin never ran the delegate's ADD for the pair (the
+        // journal is written first): its DEL is a courtesy, and a delegate failing it
+        // (host-local on a malformed subnet: code 999) must not fail the DEL of
+        // something never made. The Go plugin does not call it at all without a cache.
+        Err(e) if delegated => {
+            log::warn!(
+                "DEL of {}/{}: the ipam plugin's DEL failed ({e}); nothing was allocated through this plugin",
+                env.container_id,
+                env.ifname
+            );
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// Undoes `j` (its VF lock held by the caller) with the pod netns found from `netns`

@@ -467,7 +467,27 @@ fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
             (ips, routes)
         }
         Ipam::External(d) => {
-            let v = ctx.delegate(d, Command::Add)?.ok_or_else(|| {
+            let v = match ctx.delegate(d, Command::Add) {
+                Ok(v) => v,
+                Err(error) => {
+                    // The delegate answered ADD with an error, so it holds nothing
+                    // (SPEC.md: a failed ADD leaves nothing behind). Its DEL is still
+                    // called, as cleanup, but its failure (a delegate refusing the
+                    // configuration refuses DEL too) is only logged: the rollback must
+                    // not keep a journal that every later DEL would fail on.
+                    if let Err(de) = ctx.delegate(d, Command::Del) {
+                        log::warn!(
+                            "ipam plugin {} DEL after its failed ADD: {de}",
+                            d.plugin_type
+                        );
+                    }
+                    return Err(StepFailure {
+                        error,
+                        undo_self: false,
+                    });
+                }
+            };
+            let v = v.ok_or_else(|| {
                 CniError::new(
                     code::IPAM_FAILURE,
                     format!("ipam plugin {} ADD printed no result", d.plugin_type),
@@ -669,7 +689,10 @@ pub fn release_ipam(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
 
 /// Releases what `ipam` (parsed from `conf`, whose JSON `raw` is the delegate's stdin)
 /// holds for (containerID, ifname): the built-in allocator's records of the pair, or
-/// the delegate's DEL.
+/// the delegate's DEL. A delegate's DEL that fails with code 1 or 7 (it refuses the
+/// configuration, so a retry cannot succeed) is logged and counts as done.
+///
+/// Errors: the built-in allocator's (code 11 for a lock timeout), or the delegate's.
 pub fn release_with(
     ctx: &Ctx,
     ipam: Option<Ipam>,
@@ -686,9 +709,23 @@ pub fn release_with(
                 log::info!("released {n} address(es) of {cid}/{ifname}");
             }
         }
-        Some(Ipam::External(d)) => {
-            d.run(Command::Del, ctx.env, raw)?;
-        }
+        Some(Ipam::External(d)) => match d.run(Command::Del, ctx.env, raw) {
+            Ok(_) => {}
+            // A delegate that refuses this configuration itself (code 1: the cniVersion;
+            // code 7: the configuration) refuses every retry the same way: a kept
+            // journal would fail every DEL for ever and leave the pod Terminating. It
+            // cannot have allocated under a configuration it refuses (or, for an ADD
+            // that failed in it, it answered ADD with an error), so its allocation, if
+            // any, is its own business; the Go plugin ignores the DEL error of an ADD
+            // rollback likewise (cmd/ib-sriov-cni/main.go `runIPAMPlugin`).
+            Err(e) if matches!(e.code, code::INCOMPATIBLE_VERSION | code::INVALID_CONFIG) => {
+                log::warn!(
+                    "ipam plugin {} refuses DEL of {cid}/{ifname} permanently ({e}); not retried",
+                    d.plugin_type
+                );
+            }
+            Err(e) => return Err(e),
+        },
         None => {}
     }
     hit("del.ipam")
