@@ -300,6 +300,13 @@ impl JournalStore {
         self.dir.join("locks").join(format!("{vf}.lock"))
     }
 
+    /// `<dir>/locks/rebind`: the node-wide lock held across every driver rebind (the
+    /// kernel hands out RDMA device names and `uverbsN` numbers on bind, so parallel
+    /// rebinds could swap them between VFs).
+    pub fn rebind_lock_path(&self) -> PathBuf {
+        self.dir.join("locks").join("rebind")
+    }
+
     /// `<dir>/vfs/<VF BDF>`: the VF's holder link.
     pub fn holder_link_path(&self, vf: PciAddress) -> PathBuf {
         self.dir.join("vfs").join(vf.to_string())

@@ -86,6 +86,24 @@ impl Ctx<'_> {
     }
 
     /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
+    /// Takes the node-wide rebind lock (`<stateDir>/locks/rebind`), bounded by
+    /// `lockTimeoutMs`. Held from the GUID write through the unbind/bind to the re-read
+    /// of the VF's netdev and RDMA device, so no two rebinds on the node overlap: the
+    /// kernel gives a re-probed VF the lowest free RDMA device name and `uverbsN` minor,
+    /// and two overlapping rebinds could swap them (the Go plugin serializes every ADD
+    /// and DEL on one node-wide lock for this reason). Everything else stays per VF.
+    ///
+    /// Errors: code 11 on timeout, code 5 on I/O.
+    pub fn lock_rebind(&self) -> Result<FileLock, CniError> {
+        let path = self.store.rebind_lock_path();
+        lock_with_timeout(&path, self.conf.lock_timeout).map_err(|e| match e {
+            LockError::Timeout(..) => {
+                CniError::try_later(format!("another VF is being rebound on this node: {e}"))
+            }
+            LockError::Io(..) => CniError::new(code::IO_FAILURE, e.to_string()),
+        })
+    }
+
     pub fn lock_vf(&self, vf: PciAddress) -> Result<FileLock, CniError> {
         lock_with_timeout(&self.store.vf_lock_path(vf), self.conf.lock_timeout).map_err(|e| match e
         {

@@ -317,22 +317,26 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
         Step::Guid {
             want, via, rebind, ..
         } => {
+            // The whole window, GUID write to re-read, under the node-wide rebind lock.
+            let _rebind = match rebind {
+                true => Some(ctx.lock_rebind()?),
+                false => None,
+            };
             let used = cx.view.set_guids(want, want, via)?;
             log::info!("VF {} node and port GUID set to {want} via {used:?}", j.vf);
             hit("add.guid")?;
             if rebind {
+                let rdma_before = cx.host.sysfs.rdma_devices(j.vf).unwrap_or_default();
+                log::debug!("rebind window of VF {} begins", j.vf);
                 rebind_driver(cx.host.sysfs, j.vf)?;
+                hit("add.rebind.bound")?;
                 let link = netdev_after_rebind(cx.host, j.vf)?;
                 let rdma_now = cx.host.sysfs.rdma_devices(j.vf).unwrap_or_default();
                 for s in j.steps.iter_mut() {
                     match s {
                         Step::MoveNetdev { netdev, .. } => *netdev = netdev_id(&link),
                         Step::RdmaMove { device } => {
-                            if let Some(now) = rdma_now.first().filter(|n| *n != device) {
-                                log::warn!(
-                                    "RDMA device of VF {} is now {now} (was {device}) after the driver rebind: the SR-IOV device plugin mapped the old name",
-                                    j.vf
-                                );
+                            if let Some(now) = rdma_now.first() {
                                 *device = now.clone();
                             }
                         }
@@ -340,6 +344,23 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
                     }
                 }
                 ctx.store.save_nosync(j)?;
+                log::debug!("rebind window of VF {} ends", j.vf);
+                // The SR-IOV device plugin gave the pod the VF's RDMA device (its
+                // /dev/infiniband/uverbsN and rdma_cm) before ADD: a different name now
+                // means those files may name another device.
+                if !rdma_before.is_empty() && rdma_now != rdma_before {
+                    return Err(CniError::host(format!(
+                        "the RDMA device of VF {} changed across the driver rebind: it was {} and is now {}; the SR-IOV device plugin has already given the pod the old device's files, so the ADD is rolled back",
+                        j.vf,
+                        rdma_before.join(","),
+                        if rdma_now.is_empty() {
+                            "absent".to_string()
+                        } else {
+                            rdma_now.join(",")
+                        }
+                    ))
+                    .into());
+                }
                 hit("add.rebind")?;
             }
         }
@@ -789,7 +810,7 @@ pub fn undo(
                 via,
                 rebind,
                 ..
-            } => undo_guid(host, &view, j, (*orig_node, *orig_port), *via, *rebind),
+            } => undo_guid(ctx, host, &view, j, (*orig_node, *orig_port), *via, *rebind),
             Step::LinkState { orig, via, .. } => undo_link_state(&view, j, *orig, *via),
         };
         errs.check(r.and_then(|_| hit(&format!("del.{}", s.kind()))));
@@ -947,6 +968,7 @@ fn undo_rdma(
 }
 
 fn undo_guid(
+    ctx: &Ctx,
     host: &Host,
     view: &PfView,
     j: &Journal,
@@ -964,6 +986,11 @@ fn undo_guid(
             return Ok(());
         }
     }
+    // GUID write to rebind under the node-wide rebind lock, as in ADD.
+    let _rebind = match rebind {
+        true => Some(ctx.lock_rebind()?),
+        false => None,
+    };
     let mut via = via;
     let mut any = false;
     for (kind, g) in [(GuidKind::Node, orig.0), (GuidKind::Port, orig.1)] {
