@@ -916,3 +916,77 @@ fn empty_ipam_object_means_no_ipam() {
     assert_eq!(lab.host.snapshot(), before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
+
+/// Interface configuration as containernetworking/plugins `ConfigureIface` does it
+/// (issue 9 item 2): in a pod whose netns has IPv6 disabled, an IPv6 address from the
+/// IPAM result enables IPv6 on the interface, DAD has finished when ADD returns (no
+/// tentative address), and the result's routes keep their `priority`, `table` and
+/// `scope`. The IPAM result comes from a stand-in delegate on CNI_PATH.
+#[test]
+fn ipv6_dad_and_route_attributes() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    for k in ["all", "default"] {
+        let o = pod.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let fake = lab.host.root().join("fake-cni-bin");
+    std::fs::create_dir_all(&fake).unwrap();
+    let script = fake.join("v6ipam");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat >/dev/null
+case "$CNI_COMMAND" in
+ADD) echo '{"cniVersion":"1.1.0","ips":[{"address":"10.56.217.9/24","gateway":"10.56.217.1"},{"address":"fd00:56::9/64","gateway":"fd00:56::1"}],"routes":[{"dst":"10.60.0.0/16","priority":300},{"dst":"10.61.0.0/16","table":100},{"dst":"10.62.0.0/16","scope":200},{"dst":"fd00:60::/48"}]}' ;;
+VERSION) echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}' ;;
+esac
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut conf = lab.conf("1.1.0", 0);
+    conf["ipam"] = json!({"type": "v6ipam"});
+    let path = format!("{}:{}", fake.display(), bin().parent().unwrap().display());
+    let env = [("CNI_PATH", path.as_str())];
+    let res = lab.run("ADD", "v6", pod.netns(), &conf, &env).expect_ok();
+    assert_eq!(
+        res["routes"][0],
+        json!({"dst": "10.60.0.0/16", "priority": 300})
+    );
+    let sh = |args: &[&str]| String::from_utf8_lossy(&pod.exec(args).stdout).into_owned();
+    assert_eq!(
+        sh(&["cat", "/proc/sys/net/ipv6/conf/net1/disable_ipv6"]).trim(),
+        "0"
+    );
+    let a6 = sh(&["ip", "-6", "addr", "show", "dev", "net1"]);
+    assert!(a6.contains("fd00:56::9/64"), "{a6}");
+    assert!(
+        !a6.contains("tentative"),
+        "DAD finished before ADD returned: {a6}"
+    );
+    let r = sh(&["ip", "-4", "route", "show", "table", "all"]);
+    assert!(
+        r.contains("10.60.0.0/16 via 10.56.217.1 dev net1 metric 300"),
+        "{r}"
+    );
+    assert!(
+        r.contains("10.61.0.0/16 via 10.56.217.1 dev net1 table 100 "),
+        "{r}"
+    );
+    assert!(
+        r.contains("10.62.0.0/16 via 10.56.217.1 dev net1 scope site"),
+        "{r}"
+    );
+    let r6 = sh(&["ip", "-6", "route", "show"]);
+    assert!(r6.contains("fd00:60::/48 via fd00:56::1 dev net1"), "{r6}");
+    lab.run("DEL", "v6", pod.netns(), &conf, &env).expect_ok();
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert_eq!(lab.host.snapshot(), before);
+}

@@ -321,7 +321,9 @@ impl Netlink {
     /// it instead of failing with `EEXIST` (IPv4: a further route of the same prefix and
     /// metric, inserted before the existing one, as `ip route prepend`; IPv6: a further
     /// nexthop of an ECMP route). An identical route (same next hop and device) is still
-    /// `EEXIST`. `priority` (`RTA_PRIORITY`), `table` (`RTA_TABLE`), `scope`
+    /// `EEXIST`. Protocol `RTPROT_BOOT`, as vishvananda/netlink's `NewRtMsg` (what
+    /// `ip route` shows for the Go plugin's routes). `priority` (`RTA_PRIORITY`),
+    /// `table` (`RTA_TABLE`), `scope`
     /// (`rtm_scope`), `mtu` and `advmss` (`RTA_METRICS`) are set when present
     /// (include/uapi/linux/rtnetlink.h). `route.gw` is used as given: resolving a missing
     /// gateway is the caller's business.
@@ -332,7 +334,7 @@ impl Netlink {
         use netlink_packet_core::{
             NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
         };
-        use netlink_packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
+        use netlink_packet_route::route::{RouteAttribute, RouteMetric, RouteProtocol, RouteScope};
         use netlink_packet_route::RouteNetlinkMessage;
         let dst = route.dst;
         let gw = route.gw;
@@ -352,7 +354,8 @@ impl Netlink {
             (IpNetwork::V4(d), gw) => {
                 let mut b = RouteMessageBuilder::<std::net::Ipv4Addr>::new()
                     .destination_prefix(d.network(), d.prefix())
-                    .output_interface(index);
+                    .output_interface(index)
+                    .protocol(RouteProtocol::Boot);
                 match gw {
                     Some(IpAddr::V4(g)) => b = b.gateway(g),
                     Some(_) => {
@@ -374,7 +377,8 @@ impl Netlink {
             (IpNetwork::V6(d), gw) => {
                 let mut b = RouteMessageBuilder::<std::net::Ipv6Addr>::new()
                     .destination_prefix(d.network(), d.prefix())
-                    .output_interface(index);
+                    .output_interface(index)
+                    .protocol(RouteProtocol::Boot);
                 match gw {
                     Some(IpAddr::V6(g)) => b = b.gateway(g),
                     Some(_) => {
