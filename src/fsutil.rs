@@ -254,9 +254,9 @@ impl std::fmt::Display for LockError {
 impl std::error::Error for LockError {}
 
 /// Takes an exclusive `flock(2)` on `path` (created if missing, mode 0644 before the
-/// umask; its parent directories too), polling with a short back-off until `timeout`
-/// has passed. The file is opened with [`open_regular`]: a symlink at `path` (even a
-/// dangling one, whose target would otherwise be created), a FIFO or any other
+/// umask; its parent directories too), waiting in the kernel ([`flock_until`]) until
+/// `timeout` has passed. The file is opened with [`open_regular`]: a symlink at `path`
+/// (even a dangling one, whose target would otherwise be created), a FIFO or any other
 /// non-regular file is refused.
 ///
 /// Errors: [`LockError::Timeout`] when still held at the deadline;
@@ -268,33 +268,161 @@ pub fn lock_with_timeout(path: &Path, timeout: Duration) -> Result<FileLock, Loc
     }
     let file = open_regular(path, OFlag::O_RDWR | OFlag::O_CREAT, 0o644)
         .map_err(|e| LockError::Io(path.to_path_buf(), e))?;
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(2);
-    loop {
-        match file.try_lock() {
-            Ok(()) => {
-                return Ok(FileLock {
-                    _file: file,
-                    path: path.to_path_buf(),
-                })
+    match flock_until(&file, true, Instant::now() + timeout) {
+        Ok(true) => Ok(FileLock {
+            _file: file,
+            path: path.to_path_buf(),
+        }),
+        Ok(false) => Err(LockError::Timeout(path.to_path_buf(), timeout)),
+        Err(e) => Err(LockError::Io(path.to_path_buf(), e)),
+    }
+}
+
+/// Signal that interrupts a blocked `flock(2)` at its deadline (a one-shot POSIX timer
+/// aimed at the calling thread, `timer_create(2)` with `SIGEV_THREAD_ID`).
+const LOCK_TIMER_SIGNAL: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGALRM;
+
+extern "C" fn interrupt_only(_: nix::libc::c_int) {}
+
+/// Takes `flock(2)` on `file` (`LOCK_EX` when `exclusive`, else `LOCK_SH`), blocking in
+/// the kernel until the lock is free or `deadline` passes: the holder's unlock wakes
+/// this process at once (no sleep-and-retry). A try first (`LOCK_NB`); when that would
+/// block, a per-thread CLOCK_MONOTONIC timer is armed for the deadline, repeating every
+/// 10 ms after it (so a signal that fires before `flock` starts sleeping cannot leave
+/// it blocked), and `SIGALRM` is handled by a no-op handler without `SA_RESTART`, so
+/// `flock` returns `EINTR` at the deadline. That handler is installed on first use and
+/// stays for the life of the process (SIGALRM then never terminates it); each timer
+/// targets its own thread, so threads may wait at the same time.
+///
+/// Returns `Ok(true)` when locked, `Ok(false)` at the deadline. Errors: `flock`'s own
+/// (e.g. `EBADF`, `ENOLCK`), or the timer's.
+pub fn flock_until(file: &File, exclusive: bool, deadline: Instant) -> io::Result<bool> {
+    use nix::libc::{flock, LOCK_EX, LOCK_NB, LOCK_SH};
+    use nix::sys::signal::{
+        sigaction, SaFlags, SigAction, SigEvent, SigHandler, SigSet, SigevNotify,
+    };
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timer::{Expiration, Timer, TimerSetTimeFlags};
+    use std::os::fd::AsRawFd;
+    let op = if exclusive { LOCK_EX } else { LOCK_SH };
+    let fd = file.as_raw_fd();
+    // SAFETY: flock on an fd this function borrows; no memory is passed.
+    if unsafe { flock(fd, op | LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(nix::libc::EWOULDBLOCK) {
+        return Err(e);
+    }
+    let now = Instant::now();
+    if now >= deadline {
+        return Ok(false);
+    }
+    // Installed once for the process and left in place: a per-call install and restore
+    // would race between threads waiting at the same time (one thread restoring the
+    // default action, which terminates the process, while another's timer is armed).
+    static HANDLER: std::sync::OnceLock<Result<(), nix::errno::Errno>> = std::sync::OnceLock::new();
+    HANDLER
+        .get_or_init(|| {
+            let handler = SigAction::new(
+                SigHandler::Handler(interrupt_only),
+                SaFlags::empty(),
+                SigSet::empty(),
+            );
+            // SAFETY: the handler does nothing (async-signal-safe).
+            unsafe { sigaction(LOCK_TIMER_SIGNAL, &handler) }.map(|_| ())
+        })
+        .map_err(io::Error::from)?;
+    let result = (|| {
+        let mut timer = Timer::new(
+            nix::time::ClockId::CLOCK_MONOTONIC,
+            SigEvent::new(SigevNotify::SigevThreadId {
+                signal: LOCK_TIMER_SIGNAL,
+                thread_id: nix::unistd::gettid().as_raw(),
+                si_value: 0,
+            }),
+        )
+        .map_err(io::Error::from)?;
+        let first = deadline
+            .saturating_duration_since(now)
+            .max(Duration::from_micros(1));
+        timer
+            .set(
+                Expiration::IntervalDelayed(
+                    TimeSpec::from_duration(first),
+                    TimeSpec::from_duration(Duration::from_millis(10)),
+                ),
+                TimerSetTimeFlags::empty(),
+            )
+            .map_err(io::Error::from)?;
+        loop {
+            // SAFETY: as above.
+            if unsafe { flock(fd, op) } == 0 {
+                return Ok(true);
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if Instant::now() >= deadline {
-                    return Err(LockError::Timeout(path.to_path_buf(), timeout));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(nix::libc::EINTR) {
+                return Err(e);
             }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(LockError::Io(path.to_path_buf(), e))
+            if Instant::now() >= deadline {
+                return Ok(false);
             }
         }
-    }
+    })();
+    result
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waiter gets the lock as soon as the holder releases it (woken by the kernel,
+    /// not by a poll), and gives up at its deadline when the holder keeps it; several
+    /// threads may wait at once.
+    #[test]
+    fn flock_until_wakes_on_release_and_stops_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("l");
+        let holder = File::create(&p).unwrap();
+        assert!(flock_until(&holder, true, Instant::now()).unwrap());
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..3)
+                .map(|_| {
+                    let p = &p;
+                    s.spawn(move || {
+                        let f = File::open(p).unwrap();
+                        let t = Instant::now();
+                        let got = flock_until(&f, false, t + Duration::from_millis(150)).unwrap();
+                        (got, t.elapsed())
+                    })
+                })
+                .collect();
+            for w in waiters {
+                let (got, took) = w.join().unwrap();
+                assert!(!got, "the lock is held");
+                assert!(took >= Duration::from_millis(150), "{took:?}");
+                assert!(took < Duration::from_millis(400), "{took:?}");
+            }
+        });
+        let released_at = std::sync::Mutex::new(None);
+        std::thread::scope(|s| {
+            let w = s.spawn(|| {
+                let f = File::open(&p).unwrap();
+                let got = flock_until(&f, true, Instant::now() + Duration::from_secs(5)).unwrap();
+                (got, Instant::now())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            *released_at.lock().unwrap() = Some(Instant::now());
+            drop(holder);
+            let (got, at) = w.join().unwrap();
+            assert!(got);
+            let lag = at.duration_since(released_at.lock().unwrap().unwrap());
+            assert!(
+                lag < Duration::from_millis(20),
+                "woken {lag:?} after the release"
+            );
+        });
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {

@@ -5,10 +5,11 @@
 //! `O_CREAT|O_RDONLY` mode 0750 and `flock(LOCK_EX)`s it for every
 //! `Get`/`Release`. We open the same file the same way (plus `O_NOFOLLOW` and
 //! `O_NONBLOCK`, and only a regular file is accepted) and use the same
-//! `flock`, so our processes and host-local's exclude each other. Unlike
-//! host-local (which blocks forever) we poll `LOCK_NB` until a deadline.
+//! `flock`, so our processes and host-local's exclude each other. Like
+//! host-local we block in `flock`, but only until a deadline
+//! ([`crate::fsutil::flock_until`]).
 
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,11 +21,6 @@ use super::error::IpamError;
 
 /// Name of the lock file inside `<dataDir>/<network>/` (host-local lock.go).
 pub const LOCK_FILE_NAME: &str = "lock";
-
-/// First sleep between two lock attempts; doubles up to [`MAX_POLL`].
-const FIRST_POLL: Duration = Duration::from_millis(2);
-/// Longest sleep between two lock attempts.
-const MAX_POLL: Duration = Duration::from_millis(50);
 
 /// Exclusive (writers: allocate/release; host-local only uses this) or
 /// shared (our read-only queries) `flock`.
@@ -48,9 +44,8 @@ pub struct FileLock {
 
 impl FileLock {
     /// Open (creating, mode 0750, like go-filemutex) `<dir>/lock` and take
-    /// the flock in `mode`, retrying `LOCK_NB` with short sleeps (2 ms
-    /// doubling to 50 ms) until `timeout` has elapsed. A zero timeout makes a
-    /// single attempt.
+    /// the flock in `mode`, blocking in the kernel until `timeout` has elapsed
+    /// ([`crate::fsutil::flock_until`]). A zero timeout makes a single attempt.
     ///
     /// The file is opened with [`crate::fsutil::open_regular`] (`O_NOFOLLOW`,
     /// `O_NONBLOCK`, then `fstat`): a symlink at `<dir>/lock` (a dangling one
@@ -66,33 +61,20 @@ impl FileLock {
         let path = dir.join(LOCK_FILE_NAME);
         let file = open_regular(&path, OFlag::O_CREAT | OFlag::O_RDONLY, 0o750)
             .map_err(|e| IpamError::io("cannot open lock file", &path, &e))?;
-        let deadline = Instant::now() + timeout;
-        let mut pause = FIRST_POLL;
-        loop {
-            let attempt = match mode {
-                LockMode::Exclusive => file.try_lock(),
-                LockMode::Shared => file.try_lock_shared(),
-            };
-            match attempt {
-                Ok(()) => {
-                    log::debug!("took {mode:?} lock {}", path.display());
-                    return Ok(FileLock { file, path });
-                }
-                Err(TryLockError::WouldBlock) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(IpamError::Busy(format!(
-                            "timed out after {timeout:?} waiting for the lock {} (held by another process)",
-                            path.display()
-                        )));
-                    }
-                    std::thread::sleep(pause.min(deadline - now));
-                    pause = (pause * 2).min(MAX_POLL);
-                }
-                Err(TryLockError::Error(e)) => {
-                    return Err(IpamError::io("cannot flock", &path, &e));
-                }
+        match crate::fsutil::flock_until(
+            &file,
+            mode == LockMode::Exclusive,
+            Instant::now() + timeout,
+        ) {
+            Ok(true) => {
+                log::debug!("took {mode:?} lock {}", path.display());
+                Ok(FileLock { file, path })
             }
+            Ok(false) => Err(IpamError::Busy(format!(
+                "timed out after {timeout:?} waiting for the lock {} (held by another process)",
+                path.display()
+            ))),
+            Err(e) => Err(IpamError::io("cannot flock", &path, &e)),
         }
     }
 }
