@@ -137,6 +137,12 @@ pub enum Step {
     Ipam {
         /// `ipam.type`.
         ipam_type: String,
+        /// The built-in allocator's addresses, recorded (without fsync) right after
+        /// the allocation, so the undo releases exactly them without reading the
+        /// store; empty for a delegate, or when the process died before recording
+        /// them (the undo then reads the store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ips: Vec<std::net::IpAddr>,
     },
 }
 

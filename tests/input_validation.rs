@@ -711,10 +711,11 @@ fn malformed_cni_args_fail_no_call() {
 }
 
 /// Entries of the IPAM store and the VF lock that are not regular files: a dangling
-/// symlink at a lock path (whose target would be created), a FIFO at a record or at
+/// symlink at a lock path (whose target would be created), a FIFO at the lock or at
 /// `last_reserved_ip.0` (which would block the read). Each is refused at once with an
 /// error naming the path (IPAM: code 103; VF lock: code 5), the symlink's target is not
-/// created, and ADD leaves the host as it was.
+/// created, and ADD leaves the host as it was. Planted at record names, they are never
+/// opened: ADD skips them as held addresses.
 #[test]
 fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     let lab = Lab::default();
@@ -739,14 +740,6 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
             "symbolic link",
         ),
         ("IPAM lock FIFO", store.join("lock"), false, 103, "FIFO"),
-        ("record FIFO", store.join("10.56.217.2"), false, 103, "FIFO"),
-        (
-            "record symlink",
-            store.join("10.56.217.3"),
-            true,
-            103,
-            "symbolic link",
-        ),
         (
             "cursor FIFO",
             store.join("last_reserved_ip.0"),
@@ -784,4 +777,23 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     lab.add("plant", &pod, &conf).expect_ok();
     lab.del("plant", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), before);
+
+    // A FIFO and a dangling symlink planted at record names: ADD never opens a record
+    // (it claims addresses with link(2), EEXIST meaning "held"), so both are skipped as
+    // held addresses without blocking or creating the symlink's target.
+    mkfifo(&store.join("10.56.217.2"));
+    std::os::unix::fs::symlink(&target, store.join("10.56.217.3")).unwrap();
+    let t0 = Instant::now();
+    let r = run_bounded(&lab, "ADD", "plant2", pod.netns(), &conf, &[]).expect_ok();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(r["ips"][0]["address"], "10.56.217.4/24", "{r}");
+    assert!(!target.exists(), "symlink target created");
+    lab.del("plant2", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+    for ip in ["10.56.217.2", "10.56.217.3"] {
+        assert!(
+            std::fs::symlink_metadata(store.join(ip)).is_ok(),
+            "{ip} left alone"
+        );
+    }
 }

@@ -186,6 +186,139 @@ impl IpamConfig {
         })
     }
 
+    /// Allocates a new address per range set for (container_id, ifname) without reading
+    /// the store: what ADD uses, in time independent of how many allocations the
+    /// network holds. Under the exclusive lock, for each range set, candidates are
+    /// probed round robin from `last_reserved_ip.<i>` with link(2)
+    /// ([`DiskStore::reserve_first`]: an address held by anyone, host-local included,
+    /// answers EEXIST and the next is tried), `last_reserved_ip.<i>` is updated, and
+    /// the directory is fsynced once at the end (an address handed to a pod must stay
+    /// reserved across a node crash, or another pod could get it after reboot).
+    ///
+    /// Unlike [`IpamConfig::allocate`] it does not look for an address the pair
+    /// already holds: ADD runs only for a pair that holds none (the runtime DELs
+    /// before re-adding, and a stale journal of the pair is torn down, releasing its
+    /// addresses, before ADD goes on). An address another process holds is never
+    /// taken whatever the store's state, so records written or removed behind its back
+    /// (host-local on the same store) cannot make it hand out a held address.
+    ///
+    /// Errors: as [`IpamConfig::allocate`]; on any error the addresses created by this
+    /// call are released again.
+    pub fn allocate_new(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        lock_timeout: Duration,
+    ) -> Result<Allocation, IpamError> {
+        validate_attachment(network, container_id, ifname)?;
+        let store = self.store(network);
+        store.ensure_dir()?;
+        let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        let mut created: Vec<IpAddr> = Vec::new();
+        let mut ips = Vec::with_capacity(self.ranges.len());
+        let mut failure = None;
+        for (idx, set) in self.ranges.iter().enumerate() {
+            let step = (|| -> Result<Option<AllocatedIp>, IpamError> {
+                let hint = store.last_reserved_ip(idx)?;
+                let Some((ridx, ip)) = store.reserve_first(set.iter(hint), container_id, ifname)?
+                else {
+                    return Ok(None);
+                };
+                created.push(ip);
+                store.set_last_reserved_ip(idx, ip)?;
+                let range = &set.ranges[ridx];
+                Ok(Some(AllocatedIp {
+                    address: range.with_prefix(ip),
+                    gateway: Some(range.gateway),
+                }))
+            })();
+            match step {
+                Ok(Some(ip)) => {
+                    log::info!(
+                        "network {network}: allocated {} to {container_id}/{ifname} from range set {idx}",
+                        ip.address
+                    );
+                    ips.push(ip);
+                }
+                Ok(None) => {
+                    failure = Some(IpamError::Exhausted(format!(
+                        "network {network} ({}): no IP addresses available in range set {idx}: {set}",
+                        store.dir().display()
+                    )));
+                    break;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(f) = failure {
+            for ip in &created {
+                if let Err(e) = store.remove(*ip) {
+                    log::warn!("network {network}: rollback of {ip} failed: {e}");
+                }
+            }
+            if let Err(e) = store.sync_dir() {
+                log::warn!("network {network}: {e}");
+            }
+            log::warn!("network {network}: allocation for {container_id}/{ifname} failed: {f}");
+            return Err(f);
+        }
+        store.sync_dir()?;
+        Ok(Allocation {
+            ips,
+            routes: self.routes.clone(),
+        })
+    }
+
+    /// Releases the addresses `known` (what the attachment's journal recorded at ADD)
+    /// when each is still held by exactly (container_id, ifname), without reading the
+    /// rest of the store: a record gone or now naming someone else (host-local released
+    /// and re-allocated it behind our back) is left alone. Falls back to
+    /// [`IpamConfig::release`] (every record read) when `known` is empty: a journal
+    /// written before addresses were recorded, or a crash between the allocation and
+    /// the journal update. The directory is fsynced when something was removed (a
+    /// released address must not come back after a crash while the pod is gone).
+    ///
+    /// Returns the number of records removed. Errors: as [`IpamConfig::release`].
+    pub fn release_known(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        known: &[IpAddr],
+        lock_timeout: Duration,
+    ) -> Result<usize, IpamError> {
+        if known.is_empty() {
+            return self.release(network, container_id, ifname, lock_timeout);
+        }
+        validate_attachment(network, container_id, ifname)?;
+        let store = self.store(network);
+        if !store.exists() {
+            return Ok(0);
+        }
+        let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        let mut removed = 0;
+        for ip in known {
+            if !store.held_by(*ip, container_id, ifname)? {
+                log::info!(
+                    "network {network}: {ip} is no longer held by {container_id}/{ifname}; left alone"
+                );
+                continue;
+            }
+            if store.remove(*ip)? {
+                removed += 1;
+                log::info!("network {network}: released {ip} of {container_id}/{ifname}");
+            }
+        }
+        if removed > 0 {
+            store.sync_dir()?;
+        }
+        Ok(removed)
+    }
+
     /// Release every address held by (container_id, ifname); Ok(0) when none.
     /// Idempotent.
     ///
@@ -584,6 +717,67 @@ mod tests {
             c.allocate(NET, "b", "eth0", T),
             Err(IpamError::Exhausted(_))
         ));
+    }
+
+    /// allocate_new reads no record: it probes from the hint with link(2), so an address
+    /// written behind its back (host-local on the same store, here a plain file) is
+    /// skipped, the hint advances, the files are host-local's, and exhaustion is found
+    /// after probing every candidate.
+    #[test]
+    fn allocate_new_probes_from_the_hint_and_skips_foreign_records() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(d.path(), json!({"subnet": "10.0.0.0/29"}));
+        let a = c.allocate_new(NET, "a", "net1", T).unwrap();
+        assert_eq!(addrs(&a), ["10.0.0.2/29"]);
+        // host-local takes .3 and .4 behind our back.
+        for (ip, who) in [("10.0.0.3", "hl-x"), ("10.0.0.4", "hl-y")] {
+            std::fs::write(net_dir(&c).join(ip), format!("{who}\r\neth0")).unwrap();
+        }
+        let b = c.allocate_new(NET, "b", "net1", T).unwrap();
+        assert_eq!(addrs(&b), ["10.0.0.5/29"]);
+        assert_eq!(read(&c, "10.0.0.5"), "b\r\nnet1");
+        assert_eq!(read(&c, "last_reserved_ip.0"), "10.0.0.5");
+        let c2 = c.allocate_new(NET, "c", "net1", T).unwrap();
+        assert_eq!(addrs(&c2), ["10.0.0.6/29"]);
+        // .1 is the gateway, .7 the broadcast: the /29 is full now.
+        let e = c.allocate_new(NET, "d", "net1", T).unwrap_err();
+        assert!(matches!(e, IpamError::Exhausted(_)), "{e}");
+        assert!(
+            ip_files(&c).iter().all(|f| !f.starts_with(".reserve")),
+            "temp file removed"
+        );
+        // Wraps to a freed address.
+        c.release_known(NET, "a", "net1", &[ip("10.0.0.2")], T)
+            .unwrap();
+        assert_eq!(
+            addrs(&c.allocate_new(NET, "d", "net1", T).unwrap()),
+            ["10.0.0.2/29"]
+        );
+    }
+
+    /// release_known removes exactly the known records still held by the pair: one
+    /// host-local released and gave to someone else behind our back stays; a missing
+    /// one is fine; nothing else is read. With nothing known it reads the store.
+    #[test]
+    fn release_known_leaves_records_that_changed_hands() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(
+            d.path(),
+            json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/120"}]]}),
+        );
+        let a = c.allocate_new(NET, "a", "net1", T).unwrap();
+        assert_eq!(addrs(&a), ["10.0.0.2/24", "fd00::2/120"]);
+        // host-local released 10.0.0.2 and handed it to "z".
+        std::fs::write(net_dir(&c).join("10.0.0.2"), "z\r\neth0").unwrap();
+        let known = [ip("10.0.0.2"), ip("fd00::2"), ip("10.0.0.9")];
+        assert_eq!(c.release_known(NET, "a", "net1", &known, T).unwrap(), 1);
+        assert_eq!(read(&c, "10.0.0.2"), "z\r\neth0");
+        assert_eq!(ip_files(&c), ["10.0.0.2"]);
+        // Nothing known: the full read finds the pair's records.
+        let b = c.allocate_new(NET, "b", "net1", T).unwrap();
+        assert_eq!(c.release_known(NET, "b", "net1", &[], T).unwrap(), 2);
+        assert!(c.lookup(NET, "b", "net1").unwrap().is_empty());
+        let _ = b;
     }
 
     #[test]

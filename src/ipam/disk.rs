@@ -242,6 +242,79 @@ impl DiskStore {
         }
     }
 
+    /// Reserves the first free address among `candidates` for (container_id, ifname),
+    /// without listing the store: the record is written once to a temp file
+    /// (`.reserve.<pid>`, data fsync'd: a name must never appear before its content is
+    /// durable, or a crash could leave an empty record no DEL releases), then
+    /// hard-linked to `<ip>` for each candidate in turn until link(2) succeeds; EEXIST
+    /// means the address is held (by us or by host-local) and the next one is tried.
+    /// Cost: one failed link per held candidate met, not one read per record. The temp
+    /// name is removed in every case. Under the exclusive lock (one writer at a time);
+    /// the caller fsyncs the directory.
+    ///
+    /// Returns the reserved address with the candidate's tag, `None` when every
+    /// candidate is held. Errors: [`IpamError::Io`] naming the path.
+    pub fn reserve_first<T>(
+        &self,
+        candidates: impl IntoIterator<Item = (T, IpAddr)>,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<(T, IpAddr)>, IpamError> {
+        let tmp = self
+            .dir
+            .join(format!("{RESERVE_TEMP_PREFIX}{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| IpamError::io("cannot create", &tmp, &e))?;
+        let written = f
+            .write_all(record_content(container_id, ifname).as_bytes())
+            .and_then(|()| f.sync_all());
+        drop(f);
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(IpamError::io("cannot write", &tmp, &e));
+        }
+        let mut out = Ok(None);
+        for (tag, ip) in candidates {
+            let path = self.ip_path(ip);
+            match fs::hard_link(&tmp, &path) {
+                Ok(()) => {
+                    out = Ok(Some((tag, ip)));
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    out = Err(IpamError::io("cannot create", &path, &e));
+                    break;
+                }
+            }
+        }
+        let _ = fs::remove_file(&tmp);
+        out
+    }
+
+    /// True when the record of `ip` is held by exactly (container_id, ifname) (host-local's
+    /// exact match on the trimmed content); `Ok(false)` when the file is absent or names
+    /// someone else. Opened without following symlinks, bounded.
+    ///
+    /// Errors: [`IpamError::Io`] for a file that is not a regular file.
+    pub fn held_by(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
+        let path = self.ip_path(ip);
+        match read_regular_bounded(&path, MAX_FILE_LEN) {
+            Ok(b) => {
+                Ok(String::from_utf8_lossy(&b).trim()
+                    == record_content(container_id, ifname).trim())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) if is_not_regular(&e) => Err(IpamError::io("refusing", &path, &e)),
+            Err(e) => Err(IpamError::io("cannot read", &path, &e)),
+        }
+    }
+
     /// Removes the temp files of [`DiskStore::reserve`] left by killed
     /// processes. Only under the exclusive lock: every writer holds it, so no
     /// temp file then belongs to a live one. Best effort.

@@ -434,3 +434,52 @@ impl Netlink {
         &self.rt
     }
 }
+
+/// A subscription to the kernel's link notifications (`RTNLGRP_LINK`, group 1 of
+/// NETLINK_ROUTE, include/uapi/linux/rtnetlink.h) in the calling thread's netns: the
+/// kernel's own signal that a link appeared, moved in, changed or went, so a waiter
+/// sleeps until something happens instead of polling. Subscribe before the first look,
+/// then [`LinkEvents::wait`] between looks: no event can fall between the two.
+pub struct LinkEvents {
+    socket: netlink_sys::Socket,
+}
+
+impl LinkEvents {
+    /// Opens a NETLINK_ROUTE socket joined to `RTNLGRP_LINK`, non-blocking.
+    ///
+    /// Errors: the socket calls' (`socket`, `bind`, `setsockopt`).
+    pub fn subscribe() -> Result<LinkEvents, NlError> {
+        const RTNLGRP_LINK: u32 = 1;
+        let op = "subscribe to link notifications";
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)
+            .map_err(|e| NlError::io(op, e))?;
+        socket
+            .bind(&netlink_sys::SocketAddr::new(0, 0))
+            .map_err(|e| NlError::io(op, e))?;
+        socket
+            .add_membership(RTNLGRP_LINK)
+            .map_err(|e| NlError::io(op, e))?;
+        socket
+            .set_non_blocking(true)
+            .map_err(|e| NlError::io(op, e))?;
+        Ok(LinkEvents { socket })
+    }
+
+    /// Sleeps until at least one link notification arrives or `deadline` passes, then
+    /// drains what is queued (an overrun, `ENOBUFS`, counts as an event: something
+    /// happened). Returns `true` when woken by an event, `false` at the deadline.
+    pub fn wait(&mut self, deadline: std::time::Instant) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN)];
+        let woke = matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0);
+        if woke {
+            let mut buf = vec![0u8; 16 << 10];
+            // Each recv takes one datagram; EAGAIN ends the drain.
+            while self.socket.recv(&mut &mut buf[..], 0).is_ok() {}
+        }
+        woke
+    }
+}

@@ -265,6 +265,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),
+                ips: Vec::new(),
             });
         }
     }

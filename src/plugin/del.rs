@@ -62,7 +62,14 @@ fn release_without_journal(ctx: &Ctx) -> Result<(), CniError> {
     let raw = serde_json::to_vec(&ctx.conf.raw)
         .map_err(|e| CniError::internal(format!("encoding the config: {e}")))?;
     let delegated = matches!(ipam, Some(super::Ipam::External(_)));
-    match release_with(ctx, ipam, ctx.conf, &raw, (&env.container_id, &env.ifname)) {
+    match release_with(
+        ctx,
+        ipam,
+        ctx.conf,
+        &raw,
+        (&env.container_id, &env.ifname),
+        &[],
+    ) {
         // Without a journal this plugin never ran the delegate's ADD for the pair (the
         // journal is written first): its DEL is a courtesy, and a delegate failing it
         // (host-local on a malformed subnet: code 999) must not fail the DEL of

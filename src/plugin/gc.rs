@@ -19,6 +19,7 @@ use crate::cni::{code, CniError, Command, Version};
 use crate::failpoint::hit;
 use serde_json::Value;
 use std::collections::HashSet;
+use std::time::Duration;
 
 /// The keys GC reads its list from, current one first.
 pub const VALID_ATTACHMENTS_KEYS: [&str; 2] = ["cni.dev/valid-attachments", "cni.dev/attachments"];
@@ -81,7 +82,12 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                 None
             } else {
                 match Host::open(&ctx.sysfs) {
-                    Ok(h) => Some(h),
+                    // No waiting for a netdev the kernel has not returned yet: that
+                    // journal stays for the next GC (or the pod's DEL), the pass goes on.
+                    Ok(h) => Some(Host {
+                        return_wait: Duration::ZERO,
+                        ..h
+                    }),
                     Err(e) => {
                         errs.push(e);
                         None

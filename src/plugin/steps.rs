@@ -22,7 +22,7 @@ use crate::cni::{code, CniError, CniOutput, Command, Interface, IpConfig, Route}
 use crate::config::NetConf;
 use crate::failpoint::hit;
 use crate::journal::{Journal, NetdevId, NsId, Step};
-use crate::netlink::{Link, Netlink};
+use crate::netlink::{Link, LinkEvents, Netlink};
 use crate::netns::NetNs;
 use crate::sysfs::Sysfs;
 use crate::types::{format_hwaddr, LinkState, PciAddress};
@@ -49,6 +49,10 @@ pub struct Host<'a> {
     pub ns: NetNs,
     /// rtnetlink in the host netns.
     pub nl: Netlink,
+    /// How long an undo waits for a VF netdev the kernel has not yet returned from a
+    /// deleted pod netns: [`RETURN_WAIT`] for DEL; zero for GC, which keeps the journal
+    /// for its next run rather than stall the whole pass on one VF.
+    pub return_wait: Duration,
 }
 
 impl<'a> Host<'a> {
@@ -58,6 +62,7 @@ impl<'a> Host<'a> {
             sysfs,
             ns: NetNs::current()?,
             nl: Netlink::open()?,
+            return_wait: RETURN_WAIT,
         })
     }
 }
@@ -390,7 +395,7 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
             }
             ctx.store.save_nosync(j)?;
         }
-        Step::Ipam { .. } => ipam_apply(cx)?,
+        Step::Ipam { .. } => ipam_apply(cx, j, i)?,
     }
     Ok(())
 }
@@ -459,13 +464,13 @@ fn move_in(cx: &mut Apply, j: &Journal, id: &NetdevId) -> Result<u32, StepFailur
     Ok(pl.index)
 }
 
-fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
+fn ipam_apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailure> {
     let (ctx, env, conf) = (cx.ctx, cx.ctx.env, cx.ctx.conf);
     let Some(ipam) = cx.ipam else { return Ok(()) };
     let (ips, routes) = match ipam {
         Ipam::Builtin(c) => {
             let a = c
-                .allocate(
+                .allocate_new(
                     &conf.name,
                     &env.container_id,
                     &env.ifname,
@@ -485,6 +490,10 @@ fn ipam_apply(cx: &mut Apply) -> Result<(), StepFailure> {
                 })
                 .collect();
             let routes: Vec<Route> = a.routes.iter().map(|r| Route::new(r.dst, r.gw)).collect();
+            if let Some(Step::Ipam { ips: rec, .. }) = j.steps.get_mut(i) {
+                *rec = a.ips.iter().map(|ip| ip.address.ip()).collect();
+            }
+            ctx.store.save_nosync(j)?;
             (ips, routes)
         }
         Ipam::External(d) => {
@@ -705,12 +714,21 @@ pub fn release_ipam(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
         .map_err(|e| CniError::internal(format!("encoding the journaled config: {e}")))?;
     let conf = NetConf::parse(&raw)?;
     let ipam = super::ipam_for(&conf, &ctx.env.path)?;
-    release_with(ctx, ipam, &conf, &raw, (&j.container_id, &j.ifname))
+    let known: &[std::net::IpAddr] = j
+        .steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Ipam { ips, .. } => Some(ips.as_slice()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    release_with(ctx, ipam, &conf, &raw, (&j.container_id, &j.ifname), known)
 }
 
 /// Releases what `ipam` (parsed from `conf`, whose JSON `raw` is the delegate's stdin)
-/// holds for (containerID, ifname): the built-in allocator's records of the pair, or
-/// the delegate's DEL. A delegate's DEL that fails with code 1 or 7 (it refuses the
+/// holds for (containerID, ifname): the built-in allocator's records of the pair (the
+/// `known` addresses the journal recorded, without reading the store; every record
+/// read when none is known), or the delegate's DEL. A delegate's DEL that fails with code 1 or 7 (it refuses the
 /// configuration, so a retry cannot succeed) is logged and counts as done.
 ///
 /// Errors: the built-in allocator's (code 11 for a lock timeout), or the delegate's.
@@ -720,11 +738,12 @@ pub fn release_with(
     conf: &NetConf,
     raw: &[u8],
     (cid, ifname): (&str, &str),
+    known: &[std::net::IpAddr],
 ) -> Result<(), CniError> {
     match ipam {
         Some(Ipam::Builtin(c)) => {
             let n = c
-                .release(&conf.name, cid, ifname, conf.lock_timeout)
+                .release_known(&conf.name, cid, ifname, known, conf.lock_timeout)
                 .map_err(super::ipam_error)?;
             if n > 0 {
                 log::info!("released {n} address(es) of {cid}/{ifname}");
@@ -843,6 +862,7 @@ fn undo_move(
     pod: &PodNs,
 ) -> Result<(), CniError> {
     let vf = j.vf.to_string();
+    let return_wait = host.return_wait;
     if let PodNs::Live(p) = pod {
         let pnl = p.nl()?;
         if let Some(l) = find_in_pod(pnl, id, pod_ifindex, &vf)? {
@@ -872,18 +892,27 @@ fn undo_move(
         }
     }
     let wait = match pod {
-        PodNs::Gone => RETURN_WAIT,
+        PodNs::Gone => return_wait,
         PodNs::Live(_) => Duration::ZERO,
+    };
+    // Woken by the kernel's link notifications (subscribed before the first look, so
+    // the return cannot slip between a look and the wait), not by a timer.
+    let mut events = if wait.is_zero() {
+        None
+    } else {
+        Some(LinkEvents::subscribe()?)
     };
     let deadline = Instant::now() + wait;
     loop {
         if let Some(l) = find_in_host(host, j.vf, Some(id))? {
             return fix_name_and_state(&host.nl, &l, host_name, host_up);
         }
-        if Instant::now() >= deadline {
-            break;
+        match events.as_mut() {
+            Some(ev) if Instant::now() < deadline => {
+                ev.wait(deadline);
+            }
+            _ => break,
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
     match pod {
         PodNs::Live(p) => Err(CniError::host(format!(
@@ -898,7 +927,7 @@ fn undo_move(
             }
             Err(CniError::try_later(format!(
                 "the kernel has not returned the netdev of VF {vf} from the deleted pod netns within {} s (netns cleanup is slow under load); the journal is kept: retry DEL",
-                RETURN_WAIT.as_secs()
+                return_wait.as_secs()
             )))
         }
     }

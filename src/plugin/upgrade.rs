@@ -224,6 +224,7 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
         if let Some(t) = &go.ipam_type {
             steps.push(Step::Ipam {
                 ipam_type: t.clone(),
+                ips: Vec::new(),
             });
         }
     }
