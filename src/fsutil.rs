@@ -333,7 +333,7 @@ pub fn flock_until(file: &File, exclusive: bool, deadline: Instant) -> io::Resul
             unsafe { sigaction(LOCK_TIMER_SIGNAL, &handler) }.map(|_| ())
         })
         .map_err(io::Error::from)?;
-    let result = (|| {
+    (|| {
         let mut timer = Timer::new(
             nix::time::ClockId::CLOCK_MONOTONIC,
             SigEvent::new(SigevNotify::SigevThreadId {
@@ -368,8 +368,7 @@ pub fn flock_until(file: &File, exclusive: bool, deadline: Instant) -> io::Resul
                 return Ok(false);
             }
         }
-    })();
-    result
+    })()
 }
 
 #[cfg(test)]
