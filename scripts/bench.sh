@@ -3,6 +3,14 @@
 #
 #   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--json FILE]
 #                    [--samples DIR] [--check]
+#   scripts/bench.sh --scale [--cycles N] [--warmup N] [--json FILE]
+#
+# --scale: what grows on a busy node, ours beside host-device + host-local in one
+# run (scripts/bench_scale.py does the timing): pool fill 0/50/99% of a /20,
+# 0/100/1000 other attachments, GC of 0/100/1000 unlisted attachments (ours
+# only: host-local 1.1.1 has no GC), VF index 0 vs 126 (ours only), 1/4/16
+# concurrent ADDs; then the targets: ADD+DEL CPU at 99% fill and with 1000
+# other attachments within 1.2x of the empty case, GC of 1000 under 1 s.
 #
 # Rows (ROWS is a comma-separated subset, default all three):
 #   ours        target/release/ib-sriov with its built-in IPAM (ib-sriov-ipam),
@@ -118,8 +126,10 @@ warmup="${BENCH_WARMUP:-3}"
 json_out=""
 samples_dir=""
 check=0
+scale=0
 while (($#)); do
     case "$1" in
+    --scale) scale=1; shift ;;
     --only) rows="$2"; shift 2 ;;
     --only=*) rows="${1#*=}"; shift ;;
     --cycles) cycles="$2"; shift 2 ;;
@@ -227,6 +237,78 @@ if want hostdevice || want floor; then
         '{cniVersion:"1.0.0",name:"bench",type:"host-device",device:$dev,
           ipam:{type:"host-local",subnet:"10.77.0.0/24",dataDir:$ipam}}' >"${r_conf[hostdevice]}"
     echo "bench: hostdevice/floor: veth $dev in netns $host, pod netns $pod" >&2
+fi
+
+if ((scale)); then
+    # Scale mode: 127 VFs on the emulated host (VF index 126; 16 for concurrency) and
+    # 16 veths for host-device. Each (scenario, level, row) is one bench_scale.py run
+    # inside the row's host netns.
+    # 16 VFs (as many links as host-device's 16 veths: a netns move costs more kernel
+    # time in a netns with more links) for every scenario but vfindex, which runs on a
+    # second emulated host with 127 VFs.
+    "$emu_bin" destroy --prefix "${prefix}e" --root "$emu_root" >/dev/null 2>&1 || true
+    "$emu_bin" create --prefix "${prefix}e" --vfs 16 --root "$emu_root" >"$tmp/emu.json"
+    "$emu_bin" create --prefix "${prefix}f" --vfs 127 --root "$tmp/emu127" >"$tmp/emu127.json"
+    trap 'set +e; "$emu_bin" destroy --prefix "${prefix}f" --root "$tmp/emu127" >/dev/null 2>&1; cleanup' EXIT
+    export BENCH_CYCLES="$cycles"
+    hd_devs=()
+    for k in $(seq 0 15); do
+        ip -n "$host" link add "${dev}$k" type veth peer name "${peer}$k"
+        ip -n "$host" link set "${dev}$k" up
+        ip -n "$host" link set "${peer}$k" up
+        hd_devs+=("${dev}$k")
+    done
+    export BENCH_HD_DEVS="${hd_devs[*]}"
+    results="$tmp/scale.jsonl"
+    : >"$results"
+    all_sc=("pool 0" "pool 50" "pool 99" "attach 0" "attach 100" "attach 1000"
+        "gc 0" "gc 100" "gc 1000" "vfindex 0" "vfindex 126"
+        "concurrent 1" "concurrent 4" "concurrent 16")
+    # BENCH_SCALE_ONLY="pool,gc" keeps those scenarios (the targets then print n/a).
+    for sc in "${all_sc[@]}"; do
+        set -- $sc
+        [[ -z "${BENCH_SCALE_ONLY:-}" || ",$BENCH_SCALE_ONLY," == *",$1,"* ]] || continue
+        for r in ours hostdevice; do
+            h="${r_host[$r]}" ej="$tmp/emu.json"
+            if [[ $1 == vfindex && $r == ours ]]; then h="$(jq -r .host_netns "$tmp/emu127.json")" ej="$tmp/emu127.json"; fi
+            out="$(BENCH_EMU="$ej" BENCH_SYSFS_ROOT="$(jq -r .root "$ej")" BENCH_PODNS="/var/run/netns/${r_pod[$r]}" \
+                ip netns exec "$h" "$python" "$repo/scripts/bench_scale.py" "$r" "$1" "$2")" ||
+                { echo "bench: scale $r $1 $2 failed" >&2; exit 1; }
+            jq -c --arg row "$r" --arg sc "$1" --argjson lv "$2" '. + {row:$row, scenario:$sc, level:$lv}' <<<"$out" >>"$results"
+        done
+        echo "bench: scale $1 $2 done" >&2
+    done
+    # The kernel floor of one cycle, for reference.
+    BENCH_CYCLES="$cycles" BENCH_HOST="$host" BENCH_DEV="${dev}0" BENCH_CONF=/dev/null BENCH_POD="$pod" \
+        BENCH_PODNS="/var/run/netns/$pod" ip netns exec "$host" "$python" "$tmp/loop.py" floor
+    floor_ms=$(awk '{print ($1 + $2) / 1000}' "$tmp/floor.samples" | sort -n | awk '{v[NR]=$1} END {printf "%.2f", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
+    echo
+    echo "Scale: medians over $cycles cycles (concurrent: over batches; gc: 3 runs), $(nproc) cores, kernel $(uname -r); kernel floor of one ADD+DEL move: $floor_ms ms wall"
+    printf '%-18s %14s %14s %14s %14s %8s\n' "what grows" "ours wall ms" "ours CPU ms" "h-d wall ms" "h-d CPU ms" "CPU x"
+    jq -rs 'group_by(.scenario + " " + (.level|tostring)) | sort_by(.[0].scenario, .[0].level) | .[] |
+        (map(select(.row=="ours"))[0]) as $o | (map(select(.row=="hostdevice"))[0]) as $h |
+        [($o.scenario + " " + ($o.level|tostring)),
+         ($o.wall_ms // "n/a"), ($o.cpu_ms // "n/a"),
+         ($h.wall_ms // "n/a"), ($h.cpu_ms // "n/a"),
+         (if ($h.cpu_ms // null) and ($o.cpu_ms // null) then (($o.cpu_ms / $h.cpu_ms) * 100 | round / 100) else "n/a" end)] | @tsv' "$results" |
+        while IFS=$'\t' read -r a b c d e f; do printf '%-18s %14s %14s %14s %14s %8s\n' "$a" "$b" "$c" "$d" "$e" "$f"; done
+    get() { jq -rs --arg sc "$1" --argjson lv "$2" --arg row "$3" --arg k "$4" 'map(select(.scenario==$sc and .level==$lv and .row==$row))[0][$k]' "$results"; }
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+    le() { if awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; then echo met; else echo MISSED; fi; }
+    base_cpu=$(get pool 0 ours cpu_ms)
+    r1=$(ratio "$(get pool 99 ours cpu_ms)" "$base_cpu")
+    r2=$(ratio "$(get attach 1000 ours cpu_ms)" "$(get attach 0 ours cpu_ms)")
+    gc_ms=$(get gc 1000 ours wall_ms)
+    r3=$(ratio "$base_cpu" "$(get pool 0 hostdevice cpu_ms)")
+    r4=$(ratio "$(get pool 0 ours wall_ms)" "$floor_ms")
+    echo
+    printf 'target: CPU at 99%% of a /20 / empty pool          <= 1.20x: %6sx %s\n' "$r1" "$(le "$r1" 1.2)"
+    printf 'target: CPU with 1000 other attachments / none    <= 1.20x: %6sx %s\n' "$r2" "$(le "$r2" 1.2)"
+    printf 'target: GC of 1000 unlisted attachments          < 1000 ms: %6s ms %s\n' "$gc_ms" "$(le "$gc_ms" 999.99)"
+    printf 'target: CPU per cycle / host-device+host-local    <= 0.30x: %6sx %s\n' "$r3" "$(le "$r3" 0.3)"
+    printf 'target: wall per cycle / kernel floor             <= 1.05x: %6sx %s\n' "$r4" "$(le "$r4" 1.05)"
+    if [[ -n "$json_out" ]]; then jq -s '.' "$results" >"$json_out"; fi
+    exit 0
 fi
 
 run_row() { # run_row <row> <cycles>: one round of a row, samples appended

@@ -373,35 +373,27 @@ impl DiskStore {
         }
     }
 
-    /// Record `ip` as the last reserved address of `range_set`, atomically:
-    /// write `<dir>/.last_reserved_ip.<n>.tmp` (mode 0600, content the
-    /// address with no newline, as host-local's `os.WriteFile`) and rename it
-    /// over `last_reserved_ip.<n>`. The data is not fsync'd: the file is only the
-    /// round-robin hint (losing it in a crash restarts the scan at the range start,
-    /// as host-local does for a missing file), and each fsync costs the plugin
-    /// measurable CPU on ext4. The caller fsyncs the directory.
+    /// Record `ip` as the last reserved address of `range_set`: `last_reserved_ip.<n>`
+    /// rewritten in place (truncate and write, mode 0600 when created, content the
+    /// address with no newline), exactly as host-local's `os.WriteFile` does. Neither a
+    /// temp file nor an fsync: the file is only the round-robin hint; torn or lost in a
+    /// crash it reads as no address and the next allocation starts at the range start,
+    /// as host-local does for a missing file (and every candidate is still claimed with
+    /// link(2), so a wrong hint never hands out a held address). Opened without following
+    /// symlinks and never blocking on a FIFO ([`crate::fsutil::open_regular`]).
     pub fn set_last_reserved_ip(&self, range_set: usize, ip: IpAddr) -> Result<(), IpamError> {
         let path = self.last_ip_path(range_set);
-        let tmp = self
-            .dir
-            .join(format!(".{LAST_IP_FILE_PREFIX}{range_set}.tmp"));
-        let _ = fs::remove_file(&tmp);
         let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let mut f = crate::fsutil::open_regular(
+                &path,
+                nix::fcntl::OFlag::O_WRONLY
+                    | nix::fcntl::OFlag::O_CREAT
+                    | nix::fcntl::OFlag::O_TRUNC,
+                0o600,
+            )?;
             f.write_all(canonical_ip(ip).to_string().as_bytes())
         };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(IpamError::io("cannot write", &tmp, &e));
-        }
-        fs::rename(&tmp, &path).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            IpamError::io("cannot rename into", &path, &e)
-        })
+        write().map_err(|e| IpamError::io("cannot write", &path, &e))
     }
 
     /// fsync the network directory so created, renamed and removed entries
@@ -588,10 +580,21 @@ mod tests {
             matches!(&e, IpamError::Io(m) if m.contains("FIFO")),
             "{e:?}"
         );
-        // Writing the cursor replaces the name, never writes through it.
+        // Writing the cursor never writes through a symlink or into a FIFO: refused.
+        let e = s.set_last_reserved_ip(0, ip("10.0.0.2")).unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("symbolic link")),
+            "{e:?}"
+        );
+        let e = s.set_last_reserved_ip(1, ip("10.0.0.2")).unwrap_err();
+        assert!(
+            matches!(&e, IpamError::Io(m) if m.contains("FIFO")),
+            "{e:?}"
+        );
+        assert_eq!(fs::read(&secret).unwrap(), b"root-only\r\nx");
+        fs::remove_file(s.last_ip_path(0)).unwrap();
         s.set_last_reserved_ip(0, ip("10.0.0.2")).unwrap();
         assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.2")));
-        assert_eq!(fs::read(&secret).unwrap(), b"root-only\r\nx");
         assert!(t0.elapsed() < std::time::Duration::from_secs(2));
     }
 

@@ -291,15 +291,13 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         complete: false,
     };
 
-    // 5. The plan, durable before the first change; then the holder link.
+    // 5. The holder link, then the plan, durable before the first change.
+    // The holder link first: a link whose journal does not exist (yet) is stale, so a
+    // crash between the two leaves the VF free, and every journal has its link, so
+    // finding a VF's holder never lists the journals.
+    ctx.store
+        .set_holder(vf_addr, &env.container_id, &env.ifname)?;
     ctx.store.save(&j)?;
-    if let Err(e) = ctx
-        .store
-        .set_holder(vf_addr, &env.container_id, &env.ifname)
-    {
-        let _ = ctx.store.remove(&env.container_id, &env.ifname);
-        return Err(e.into());
-    }
     let mut cx = Apply {
         ctx,
         host: &host,

@@ -74,10 +74,8 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
     let host = Host::open(&ctx.sysfs)?;
     let _lock = ctx.lock_vf(go.vf)?;
     let j = journal_from(ctx, &go)?;
+    ctx.store.set_holder(j.vf, &j.container_id, &j.ifname)?;
     ctx.store.save(&j)?;
-    if let Err(e) = ctx.store.set_holder(j.vf, &j.container_id, &j.ifname) {
-        log::warn!("holder link of VF {}: {e}", j.vf);
-    }
     crate::fsutil::remove_durable(&go.path).map_err(|e| {
         CniError::new(
             crate::cni::code::IO_FAILURE,
