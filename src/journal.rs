@@ -409,21 +409,51 @@ impl JournalStore {
         Ok(Some(j))
     }
 
-    /// Removes the journal of (containerID, ifname) and the temp files of killed
-    /// writers next to it; `Ok(false)` when there was none.
+    /// Removes the journal of (containerID, ifname); `Ok(false)` when there was none.
+    /// Temp files of killed writers are left to GC ([`JournalStore::sweep_temps`]).
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<bool, JournalError> {
         let p = self.path(container_id, ifname);
         // Not fsync'd (no directory fsync): a removal lost in a machine crash brings
         // back a journal whose undo is already done; every undo checks the state first
         // and leaves a VF that a newer attachment holds alone, so running it again is
         // harmless. The fsync cost ~0.5 ms per attachment in GC.
-        let removed = match std::fs::remove_file(&p) {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => return Err(JournalError::Io(p, e)),
+        match std::fs::remove_file(&p) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(JournalError::Io(p, e)),
+        }
+    }
+
+    /// Removes the temp files (`.<journal>.tmp.<pid>`) that writers killed mid-write
+    /// left, when older than `age` (no live writer keeps one that long: a write takes
+    /// milliseconds). One pass over the directory, for GC; DEL does not list the
+    /// directory (its cost must not grow with the number of attachments), and the
+    /// files are harmless meanwhile: no reader opens names starting with `.`.
+    /// Returns how many were removed; errors are skipped (best effort).
+    pub fn sweep_temps(&self, age: std::time::Duration) -> usize {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return 0;
         };
-        crate::fsutil::remove_temps_of(&p);
-        Ok(removed)
+        let now = std::time::SystemTime::now();
+        let mut n = 0;
+        for ent in rd.flatten() {
+            let name = ent.file_name();
+            let name = name.to_string_lossy();
+            if !(name.starts_with('.') && name.contains(".tmp.")) {
+                continue;
+            }
+            let old = ent
+                .metadata()
+                .ok()
+                .filter(|m| m.is_file())
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|d| d >= age);
+            if old && std::fs::remove_file(ent.path()).is_ok() {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Every journal in the store: the readable ones, and the errors of the others.
@@ -563,6 +593,29 @@ mod tests {
             ],
             complete: false,
         }
+    }
+
+    /// GC's sweep removes only temp files of killed writers that are old enough;
+    /// journals and fresh temp files stay.
+    #[test]
+    fn sweep_removes_only_old_temp_files() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        s.save(&sample("c1", "0000:af:00.2")).unwrap();
+        let old = d.path().join(".c9:net1.tmp.4242");
+        let fresh = d.path().join(".c8:net1.tmp.4243");
+        std::fs::write(&old, "{").unwrap();
+        std::fs::write(&fresh, "{").unwrap();
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        assert_eq!(s.sweep_temps(std::time::Duration::from_secs(600)), 1);
+        assert!(!old.exists() && fresh.exists());
+        assert!(s.load("c1", "net1").unwrap().is_some());
     }
 
     #[test]

@@ -71,7 +71,12 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
     let ipam = ctx.ipam()?;
     let mut errs: Vec<CniError> = Vec::new();
 
-    // 1. Journals of this network that no valid attachment owns.
+    // 1. Journals of this network that no valid attachment owns (and, in the same
+    // spirit, the temp files of journal writers killed long ago).
+    let swept = ctx.store.sweep_temps(Duration::from_secs(600));
+    if swept > 0 {
+        log::info!("GC: removed {swept} temp file(s) of killed journal writers");
+    }
     let mut restored = 0;
     match ctx.store.list() {
         Ok((journals, unreadable)) => {
