@@ -343,6 +343,9 @@ impl JournalStore {
         let data = serde_json::to_vec_pretty(j)
             .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
         if durable {
+            // fsync of the file and the directory: the plan must survive a machine
+            // crash that happens after the first host change it describes (a GUID set
+            // on the PF outlives the reboot; without the journal nothing restores it).
             atomic_write(&path, &data)
         } else {
             replace_nosync(&path, &data)

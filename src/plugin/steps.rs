@@ -379,7 +379,10 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
                     CniError::new(code::IO_FAILURE, format!("creating {}: {e}", dir.display()))
                 })?;
             }
-            crate::fsutil::atomic_write(&path, content.as_bytes()).map_err(|e| {
+            // Atomic (a reader never sees half a file) but not fsync'd: the file
+            // describes a live pod, and a machine crash ends the pod; it normally
+            // lives on tmpfs (/var/run/k8s.cni.cncf.io/devinfo) anyway.
+            crate::fsutil::replace_nosync(&path, content.as_bytes()).map_err(|e| {
                 CniError::new(
                     code::IO_FAILURE,
                     format!("writing device-info file {}: {e}", path.display()),
@@ -979,8 +982,16 @@ fn undo_device_info(path: &std::path::Path, content: &str) -> Result<(), CniErro
         );
         return Ok(());
     }
-    crate::fsutil::remove_durable(path)
-        .map(|_| ())
+    // Not fsync'd: a removal lost in a crash leaves the file of a pod that is gone,
+    // which the next DEL (its journal stays until the undo is complete) removes again.
+    std::fs::remove_file(path)
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
         .map_err(|e| {
             CniError::new(
                 code::IO_FAILURE,

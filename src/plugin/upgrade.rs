@@ -76,6 +76,8 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
     let j = journal_from(ctx, &go)?;
     ctx.store.set_holder(j.vf, &j.container_id, &j.ifname)?;
     ctx.store.save(&j)?;
+    // Durable: our journal now stands for the attachment; a Go cache coming back
+    // after a crash would make a later DEL undo it a second time from stale facts.
     crate::fsutil::remove_durable(&go.path).map_err(|e| {
         CniError::new(
             crate::cni::code::IO_FAILURE,
