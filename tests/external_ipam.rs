@@ -386,3 +386,82 @@ fn a_delegate_result_without_ips_is_an_error() {
     lab.run("DEL", "n1", pod.netns(), &conf, &env).expect_ok();
     assert_eq!(lab.host.snapshot(), before);
 }
+
+/// The built-in allocator and Debian's real host-local on the same store (same
+/// `dataDir` and network name), records changed behind our back (issue 13): host-local
+/// allocates between our ADDs, releases our record and hands the address to another
+/// container. ADD never takes an address host-local holds (claimed with link(2), EEXIST
+/// = held), finds the pool exhausted when it is, and DEL releases only records that
+/// still name our attachment.
+#[test]
+fn builtin_ipam_and_host_local_share_a_store() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let range = json!({"subnet": "10.56.217.0/24", "rangeStart": "10.56.217.2",
+                       "rangeEnd": "10.56.217.4", "dataDir": lab.data});
+    let mut ours = lab.conf("1.0.0", 0);
+    ours["ipam"] = range.clone();
+    ours["ipam"]["type"] = json!("ib-sriov-ipam");
+    let mut hl = range.clone();
+    hl["type"] = json!("host-local");
+    let hl_conf = json!({"cniVersion": "1.0.0", "name": "ibnet", "ipam": hl});
+    let host_local = |cmd: &str, cid: &str| -> Value {
+        let out = lab.host.run_plugin(
+            &Path::new(DEBIAN_CNI).join("host-local"),
+            cmd,
+            cid,
+            pod.netns(),
+            "net1",
+            &hl_conf.to_string(),
+            &[("CNI_PATH", DEBIAN_CNI)],
+        );
+        assert!(out.status.success(), "host-local {cmd} {cid}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let store = lab.data.join("ibnet");
+    let rec = |ip: &str| std::fs::read_to_string(store.join(ip)).unwrap_or_default();
+
+    let a = lab.add("A", &pod, &ours).expect_ok();
+    assert_eq!(a["ips"][0]["address"], "10.56.217.2/24");
+    assert_eq!(
+        host_local("ADD", "X")["ips"][0]["address"],
+        "10.56.217.3/24"
+    );
+    // host-local releases A's record (it matches by content) and, round robin, gives
+    // .4 to Y and then .2 to Z.
+    host_local("DEL", "A");
+    assert_eq!(
+        host_local("ADD", "Y")["ips"][0]["address"],
+        "10.56.217.4/24"
+    );
+    assert_eq!(
+        host_local("ADD", "Z")["ips"][0]["address"],
+        "10.56.217.2/24"
+    );
+    // Our DEL of A: the journal says .2, but .2 is Z's now: left alone.
+    lab.del("A", pod.netns(), &ours).expect_ok();
+    assert_eq!(rec("10.56.217.2"), "Z\r\nnet1");
+    // Every address held by host-local: our ADD finds the pool exhausted, changes nothing.
+    let e = lab.add("B", &pod, &ours).expect_code(103);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("no IP addresses available"),
+        "{e}"
+    );
+    assert_eq!(lab.host.snapshot(), before);
+    // host-local frees .3: our ADD takes exactly that one.
+    host_local("DEL", "X");
+    let b = lab.add("B", &pod, &ours).expect_ok();
+    assert_eq!(b["ips"][0]["address"], "10.56.217.3/24");
+    assert_eq!(rec("10.56.217.3"), "B\r\nnet1");
+    lab.del("B", pod.netns(), &ours).expect_ok();
+    assert_eq!(rec("10.56.217.3"), "");
+    assert_eq!(
+        (rec("10.56.217.2"), rec("10.56.217.4")),
+        ("Z\r\nnet1".into(), "Y\r\nnet1".into())
+    );
+    assert_eq!(lab.host.snapshot(), before);
+}
