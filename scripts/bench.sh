@@ -36,6 +36,8 @@
 # ours' CPU at most 0.3x hostdevice's. --check makes a missed target (or a
 # failed row) exit 1; otherwise the exit code only reports failed rows.
 #
+# BENCH_TMPDIR (default /tmp) holds the stateDir and IPAM stores of every row.
+#
 # Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
 # iproute2, jq, containernetworking-plugins, python3). Row "ours" builds the
 # static release plugin (scripts/build.sh) and the emuhost example first (skipped with
@@ -166,7 +168,7 @@ python=/usr/bin/python3
 for v in $(compgen -v CNI_ || true); do unset "$v"; done
 unset IB_SRIOV_SYSFS_ROOT
 
-tmp="$(mktemp -d /tmp/ib-sriov-bench.XXXXXX)"
+tmp="$(mktemp -d "${BENCH_TMPDIR:-/tmp}/ib-sriov-bench.XXXXXX")"
 prefix="bn$(($$ % 100000))"
 host="$prefix-host"
 pod="$prefix-pod"
