@@ -28,6 +28,7 @@ use super::disk::{DiskStore, Record};
 use super::error::IpamError;
 use super::lock::LockMode;
 use super::names::{validate_container_id, validate_ifname, validate_network_name};
+use super::RangeSet;
 
 /// Lock timeout used by the read-only queries ([`IpamConfig::lookup`],
 /// [`IpamConfig::list`], [`IpamConfig::free_counts`]), which take the lock
@@ -83,11 +84,10 @@ impl IpamConfig {
     /// already holds an address in the set (file content
     /// `"<cid>\r\n<ifname>"`, or a legacy file containing only `<cid>`), that
     /// address is returned; otherwise candidates are tried round robin
-    /// starting after `last_reserved_ip.<i>` (see
-    /// [`super::RangeSet::iter`]), each claimed by creating `<ip>`
-    /// exclusively and never partially written ([`DiskStore::reserve`]), and
-    /// `last_reserved_ip.<i>` is updated. The directory is
-    /// fsynced after every change.
+    /// starting after `last_reserved_ip.<i>`, skipping the addresses the scan found
+    /// held, each claimed with link(2) and never partially written (the loop
+    /// `allocate_new` uses too, [`DiskStore::reserve_first`]), and
+    /// `last_reserved_ip.<i>` is updated. The directory is fsynced before returning.
     ///
     /// Errors: [`IpamError::InvalidConfig`] for an unsafe network name,
     /// container ID or interface name (checked before any file access);
@@ -111,79 +111,23 @@ impl IpamConfig {
         let held: HashSet<IpAddr> = records.iter().map(|r| r.ip).collect();
         let mine = held_by(&records, container_id, ifname);
 
-        let mut created: Vec<IpAddr> = Vec::new();
-        let mut ips = Vec::with_capacity(self.ranges.len());
-        for (idx, set) in self.ranges.iter().enumerate() {
-            // Prefer an exact match over a legacy one, lowest address first.
-            let existing = mine
+        // Prefer an exact match over a legacy one, lowest address first.
+        let existing = |idx: usize, set: &RangeSet| {
+            let rec = mine
                 .iter()
                 .filter(|r| set.contains(r.ip))
-                .min_by_key(|r| (!r.matches(container_id, ifname), r.ip));
-            if let Some(rec) = existing {
-                let (_, range) = set.range_for(rec.ip).expect("contained");
-                log::info!(
-                    "network {network}: {container_id}/{ifname} already holds {} in range set {idx}",
-                    rec.ip
-                );
-                ips.push(AllocatedIp {
-                    address: range.with_prefix(rec.ip),
-                    gateway: Some(range.gateway),
-                });
-                continue;
-            }
-
-            let step = (|| -> Result<Option<AllocatedIp>, IpamError> {
-                for (ridx, candidate) in set.iter(store.last_reserved_ip(idx)?) {
-                    if held.contains(&candidate) {
-                        continue;
-                    }
-                    if !store.reserve(candidate, container_id, ifname)? {
-                        continue;
-                    }
-                    created.push(candidate);
-                    store.set_last_reserved_ip(idx, candidate)?;
-                    store.sync_dir()?;
-                    let range = &set.ranges[ridx];
-                    return Ok(Some(AllocatedIp {
-                        address: range.with_prefix(candidate),
-                        gateway: Some(range.gateway),
-                    }));
-                }
-                Ok(None)
-            })();
-
-            let failure = match step {
-                Ok(Some(ip)) => {
-                    log::info!(
-                        "network {network}: allocated {} to {container_id}/{ifname} from range set {idx}",
-                        ip.address
-                    );
-                    ips.push(ip);
-                    continue;
-                }
-                Ok(None) => IpamError::Exhausted(format!(
-                    "network {network} ({}): no IP addresses available in range set {idx}: {set}",
-                    store.dir().display()
-                )),
-                Err(e) => e,
-            };
-            for ip in &created {
-                if let Err(e) = store.remove(*ip) {
-                    log::warn!("network {network}: rollback of {ip} failed: {e}");
-                }
-            }
-            if let Err(e) = store.sync_dir() {
-                log::warn!("network {network}: {e}");
-            }
-            log::warn!(
-                "network {network}: allocation for {container_id}/{ifname} failed: {failure}"
+                .min_by_key(|r| (!r.matches(container_id, ifname), r.ip))?;
+            let (_, range) = set.range_for(rec.ip).expect("contained");
+            log::info!(
+                "network {network}: {container_id}/{ifname} already holds {} in range set {idx}",
+                rec.ip
             );
-            return Err(failure);
-        }
-        Ok(Allocation {
-            ips,
-            routes: self.routes.clone(),
-        })
+            Some(AllocatedIp {
+                address: range.with_prefix(rec.ip),
+                gateway: Some(range.gateway),
+            })
+        };
+        self.claim(&store, network, (container_id, ifname), existing, &held)
     }
 
     /// Allocates a new address per range set for (container_id, ifname) without reading
@@ -215,13 +159,45 @@ impl IpamConfig {
         let store = self.store(network);
         store.ensure_dir()?;
         let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        self.claim(
+            &store,
+            network,
+            (container_id, ifname),
+            |_, _| None,
+            &HashSet::new(),
+        )
+    }
+
+    /// The claiming loop of [`IpamConfig::allocate`] and [`IpamConfig::allocate_new`],
+    /// under the caller's exclusive lock: for each range set `i`, the address
+    /// `existing(i, set)` returns, else the first free candidate round robin from
+    /// `last_reserved_ip.<i>` ([`super::RangeSet::iter`]) not in `held` (addresses
+    /// known taken, skipped without a syscall), claimed with link(2)
+    /// ([`DiskStore::reserve_first`]), and `last_reserved_ip.<i>` updated. The
+    /// directory is fsynced once when something was claimed (an address handed to a pod
+    /// must stay reserved across a node crash). On any error the addresses claimed by
+    /// this call are removed again.
+    fn claim(
+        &self,
+        store: &DiskStore,
+        network: &str,
+        (container_id, ifname): (&str, &str),
+        existing: impl Fn(usize, &RangeSet) -> Option<AllocatedIp>,
+        held: &HashSet<IpAddr>,
+    ) -> Result<Allocation, IpamError> {
         let mut created: Vec<IpAddr> = Vec::new();
         let mut ips = Vec::with_capacity(self.ranges.len());
         let mut failure = None;
         for (idx, set) in self.ranges.iter().enumerate() {
+            if let Some(ip) = existing(idx, set) {
+                ips.push(ip);
+                continue;
+            }
             let step = (|| -> Result<Option<AllocatedIp>, IpamError> {
-                let hint = store.last_reserved_ip(idx)?;
-                let Some((ridx, ip)) = store.reserve_first(set.iter(hint), container_id, ifname)?
+                let candidates = set
+                    .iter(store.last_reserved_ip(idx)?)
+                    .filter(|(_, ip)| !held.contains(ip));
+                let Some((ridx, ip)) = store.reserve_first(candidates, container_id, ifname)?
                 else {
                     return Ok(None);
                 };
@@ -266,7 +242,9 @@ impl IpamConfig {
             log::warn!("network {network}: allocation for {container_id}/{ifname} failed: {f}");
             return Err(f);
         }
-        store.sync_dir()?;
+        if !created.is_empty() {
+            store.sync_dir()?;
+        }
         Ok(Allocation {
             ips,
             routes: self.routes.clone(),

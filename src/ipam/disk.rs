@@ -42,7 +42,7 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 /// Prefix of the round-robin cursor files (backend.go `lastIPFilePrefix`).
 pub const LAST_IP_FILE_PREFIX: &str = "last_reserved_ip.";
 
-/// Name prefix of the temp files of [`DiskStore::reserve`] (not an address, so
+/// Name prefix of the temp files of [`DiskStore::reserve_first`] (not an address, so
 /// host-local and [`DiskStore::scan`] ignore them).
 pub const RESERVE_TEMP_PREFIX: &str = ".reserve.";
 
@@ -199,55 +199,16 @@ impl DiskStore {
         Ok(out)
     }
 
-    /// host-local `Store.Reserve` for one address: `<dir>/<ip>` with content
-    /// `record_content(id, ifname)`, mode 0600, taken only if absent. Returns
-    /// `Ok(false)` when the file already exists (the address is taken).
-    ///
-    /// The name appears only with its full content: the record is written and
-    /// fsync'd to a temp file (`.reserve.<ip>.<pid>`), then hard-linked to
-    /// `<ip>` (link(2) fails with EEXIST like O_EXCL) and the temp name removed.
-    /// host-local's create-then-write leaves an empty `<ip>` file when the
-    /// process is killed in between, an address that no DEL ever releases
-    /// (its content names no container). A kill here leaves at most the temp
-    /// file, which [`DiskStore::remove_stale_temp_files`] removes.
-    /// The caller fsyncs the directory ([`DiskStore::sync_dir`]).
-    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
-        let path = self.ip_path(ip);
-        let tmp = self.dir.join(format!(
-            "{RESERVE_TEMP_PREFIX}{}.{}",
-            canonical_ip(ip),
-            std::process::id()
-        ));
-        let _ = fs::remove_file(&tmp);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| IpamError::io("cannot create", &tmp, &e))?;
-        let written = f
-            .write_all(record_content(container_id, ifname).as_bytes())
-            .and_then(|()| f.sync_all());
-        drop(f);
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(IpamError::io("cannot write", &tmp, &e));
-        }
-        let linked = fs::hard_link(&tmp, &path);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(IpamError::io("cannot create", &path, &e)),
-        }
-    }
-
-    /// Reserves the first free address among `candidates` for (container_id, ifname),
-    /// without listing the store: the record is written once to a temp file
-    /// (`.reserve.<pid>`, data fsync'd: a name must never appear before its content is
-    /// durable, or a crash could leave an empty record no DEL releases), then
-    /// hard-linked to `<ip>` for each candidate in turn until link(2) succeeds; EEXIST
-    /// means the address is held (by us or by host-local) and the next one is tried.
+    /// host-local `Store.Reserve` over a list of candidates: reserves the first free
+    /// address among `candidates` for (container_id, ifname), as `<dir>/<ip>` with
+    /// content `record_content(id, ifname)`, mode 0600, without listing the store. The
+    /// record is written once to a temp file (`.reserve.<pid>`, data fsync'd: a name
+    /// must never appear before its content is durable; host-local's create-then-write
+    /// leaves an empty `<ip>` when killed in between, an address no DEL ever releases),
+    /// then hard-linked to `<ip>` for each candidate in turn until link(2) succeeds;
+    /// EEXIST (like O_EXCL) means the address is held, by us or by host-local, and the
+    /// next one is tried. A kill leaves at most the temp file, which
+    /// [`DiskStore::remove_stale_temp_files`] removes.
     /// Cost: one failed link per held candidate met, not one read per record. The temp
     /// name is removed in every case. Under the exclusive lock (one writer at a time);
     /// the caller fsyncs the directory.
@@ -315,7 +276,7 @@ impl DiskStore {
         }
     }
 
-    /// Removes the temp files of [`DiskStore::reserve`] left by killed
+    /// Removes the temp files of [`DiskStore::reserve_first`] left by killed
     /// processes. Only under the exclusive lock: every writer holds it, so no
     /// temp file then belongs to a live one. Best effort.
     pub fn remove_stale_temp_files(&self) {
@@ -412,6 +373,11 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// One address through [`DiskStore::reserve_first`]: true when it was free.
+    fn reserve(s: &DiskStore, ip: IpAddr, cid: &str, ifname: &str) -> bool {
+        s.reserve_first([((), ip)], cid, ifname).unwrap().is_some()
+    }
+
     fn store() -> (tempfile::TempDir, DiskStore) {
         let d = tempfile::tempdir().unwrap();
         let s = DiskStore::new(&d.path().join("data"), "net1");
@@ -422,20 +388,20 @@ mod tests {
     #[test]
     fn reserve_writes_host_local_bytes() {
         let (_d, s) = store();
-        assert!(s.reserve(ip("10.0.0.2"), "abc123", "net1").unwrap());
+        assert!(reserve(&s, ip("10.0.0.2"), "abc123", "net1"));
         let path = s.dir().join("10.0.0.2");
         assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
         assert_eq!(
             fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
-        assert!(s.reserve(ip("2001:db8::2"), "abc123", "net2").unwrap());
+        assert!(reserve(&s, ip("2001:db8::2"), "abc123", "net2"));
         assert_eq!(
             fs::read(s.dir().join("2001:db8::2")).unwrap(),
             b"abc123\r\nnet2"
         );
         // O_EXCL: a second reservation fails and leaves the content alone.
-        assert!(!s.reserve(ip("10.0.0.2"), "other", "eth0").unwrap());
+        assert!(!reserve(&s, ip("10.0.0.2"), "other", "eth0"));
         assert_eq!(fs::read(&path).unwrap(), b"abc123\r\nnet1");
         let mode = fs::metadata(s.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & !0o755, 0, "dir mode {mode:o}");
@@ -454,7 +420,7 @@ mod tests {
         let tmp = s.dir().join(format!("{RESERVE_TEMP_PREFIX}10.0.0.2.4242"));
         fs::write(&tmp, "dead\r\nnet1").unwrap();
         assert!(s.scan().unwrap().is_empty(), "a temp file is no allocation");
-        assert!(s.reserve(ip("10.0.0.2"), "c", "net1").unwrap());
+        assert!(reserve(&s, ip("10.0.0.2"), "c", "net1"));
         s.remove_stale_temp_files();
         assert!(!tmp.exists());
         assert_eq!(fs::read(s.dir().join("10.0.0.2")).unwrap(), b"c\r\nnet1");
@@ -534,7 +500,7 @@ mod tests {
     #[test]
     fn remove_is_idempotent() {
         let (_d, s) = store();
-        s.reserve(ip("10.0.0.2"), "c", "e").unwrap();
+        assert!(reserve(&s, ip("10.0.0.2"), "c", "e"));
         assert!(s.remove(ip("10.0.0.2")).unwrap());
         assert!(!s.remove(ip("10.0.0.2")).unwrap());
         s.sync_dir().unwrap();
