@@ -51,24 +51,30 @@ fn parallel_rebinds_never_overlap() {
             c
         })
         .collect();
-    let fp = [("IB_SRIOV_FAILPOINTS", "add.rebind.bound=sleep300")];
-    std::thread::scope(|s| {
-        for k in 0..4u32 {
-            let (lab, pod, conf) = (&lab, &pod, &confs[k as usize]);
-            s.spawn(move || {
-                Run::from(lab.host.run_plugin(
-                    bin(),
-                    "ADD",
-                    "pod-x",
-                    pod.netns(),
-                    &format!("net{}", k + 1),
-                    &conf.to_string(),
-                    &fp,
-                ))
-                .expect_ok()
-            });
-        }
-    });
+    // `cmd` on the four VFs at once, each expected to succeed.
+    let all_at_once = |cmd: &str, env: &[(&str, &str)]| {
+        std::thread::scope(|s| {
+            for k in 0..4u32 {
+                let (lab, pod, conf) = (&lab, &pod, &confs[k as usize]);
+                s.spawn(move || {
+                    Run::from(lab.host.run_plugin(
+                        bin(),
+                        cmd,
+                        "pod-x",
+                        pod.netns(),
+                        &format!("net{}", k + 1),
+                        &conf.to_string(),
+                        env,
+                    ))
+                    .expect_ok()
+                });
+            }
+        })
+    };
+    all_at_once(
+        "ADD",
+        &[("IB_SRIOV_FAILPOINTS", "add.rebind.bound=sleep300")],
+    );
     let mut all: Vec<(f64, f64)> = logs
         .iter()
         .flat_map(|p| windows(&std::fs::read_to_string(p).unwrap()))
@@ -79,23 +85,7 @@ fn parallel_rebinds_never_overlap() {
         assert!(w[0].1 <= w[1].0, "rebind windows overlap: {all:?}");
     }
     assert!(all.iter().all(|(b, e)| e - b >= 0.29), "{all:?}");
-    std::thread::scope(|s| {
-        for k in 0..4u32 {
-            let (lab, pod, conf) = (&lab, &pod, &confs[k as usize]);
-            s.spawn(move || {
-                Run::from(lab.host.run_plugin(
-                    bin(),
-                    "DEL",
-                    "pod-x",
-                    pod.netns(),
-                    &format!("net{}", k + 1),
-                    &conf.to_string(),
-                    &[],
-                ))
-                .expect_ok()
-            });
-        }
-    });
+    all_at_once("DEL", &[]);
     assert_eq!(pod.links(), vec!["lo"]);
     assert!(lab.journals().is_empty());
     assert_eq!(lab.host.snapshot(), before);

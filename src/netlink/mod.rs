@@ -334,7 +334,9 @@ impl Netlink {
         use netlink_packet_core::{
             NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
         };
-        use netlink_packet_route::route::{RouteAttribute, RouteMetric, RouteProtocol, RouteScope};
+        use netlink_packet_route::route::{
+            RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
+        };
         use netlink_packet_route::RouteNetlinkMessage;
         let dst = route.dst;
         let gw = route.gw;
@@ -350,53 +352,38 @@ impl Netlink {
                 .map(|t| format!(" table {t}"))
                 .unwrap_or_default(),
         );
+        // What every family shares: device, protocol, metric, table, scope.
+        fn common<T>(b: RouteMessageBuilder<T>, route: &Route, index: u32) -> RouteMessage {
+            let mut b = b.output_interface(index).protocol(RouteProtocol::Boot);
+            if let Some(p) = route.priority {
+                b = b.priority(p);
+            }
+            if let Some(t) = route.table {
+                b = b.table_id(t);
+            }
+            if let Some(sc) = route.scope {
+                b = b.scope(RouteScope::from(sc));
+            }
+            b.build()
+        }
         let mut msg = match (dst, gw) {
-            (IpNetwork::V4(d), gw) => {
+            (IpNetwork::V4(d), None | Some(IpAddr::V4(_))) => {
                 let mut b = RouteMessageBuilder::<std::net::Ipv4Addr>::new()
-                    .destination_prefix(d.network(), d.prefix())
-                    .output_interface(index)
-                    .protocol(RouteProtocol::Boot);
-                match gw {
-                    Some(IpAddr::V4(g)) => b = b.gateway(g),
-                    Some(_) => {
-                        return Err(NlError::io(op, "gateway family differs from destination"))
-                    }
-                    None => {}
+                    .destination_prefix(d.network(), d.prefix());
+                if let Some(IpAddr::V4(g)) = gw {
+                    b = b.gateway(g);
                 }
-                if let Some(p) = route.priority {
-                    b = b.priority(p);
-                }
-                if let Some(t) = route.table {
-                    b = b.table_id(t);
-                }
-                if let Some(sc) = route.scope {
-                    b = b.scope(RouteScope::from(sc));
-                }
-                b.build()
+                common(b, route, index)
             }
-            (IpNetwork::V6(d), gw) => {
+            (IpNetwork::V6(d), None | Some(IpAddr::V6(_))) => {
                 let mut b = RouteMessageBuilder::<std::net::Ipv6Addr>::new()
-                    .destination_prefix(d.network(), d.prefix())
-                    .output_interface(index)
-                    .protocol(RouteProtocol::Boot);
-                match gw {
-                    Some(IpAddr::V6(g)) => b = b.gateway(g),
-                    Some(_) => {
-                        return Err(NlError::io(op, "gateway family differs from destination"))
-                    }
-                    None => {}
+                    .destination_prefix(d.network(), d.prefix());
+                if let Some(IpAddr::V6(g)) = gw {
+                    b = b.gateway(g);
                 }
-                if let Some(p) = route.priority {
-                    b = b.priority(p);
-                }
-                if let Some(t) = route.table {
-                    b = b.table_id(t);
-                }
-                if let Some(sc) = route.scope {
-                    b = b.scope(RouteScope::from(sc));
-                }
-                b.build()
+                common(b, route, index)
             }
+            _ => return Err(NlError::io(op, "gateway family differs from destination")),
         };
         let mut metrics = Vec::new();
         if let Some(m) = route.mtu.filter(|m| *m > 0) {

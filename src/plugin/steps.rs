@@ -603,7 +603,8 @@ fn configure_iface(
     routes: &[Route],
 ) -> Result<(), CniError> {
     let nl = pod.nl()?;
-    if ips.iter().any(|ip| ip.address.is_ipv6()) {
+    let has_ipv6 = ips.iter().any(|ip| ip.address.is_ipv6());
+    if has_ipv6 {
         pod.ns
             .run_in(|| enable_ipv6(ifname))
             .map_err(|e| CniError::host(format!("entering the pod netns: {e}")))??;
@@ -611,7 +612,7 @@ fn configure_iface(
     for ip in ips {
         nl.add_address(index, ip.address)?;
     }
-    if ips.iter().any(|ip| ip.address.is_ipv6()) {
+    if has_ipv6 {
         settle_addresses(nl, ifname, index, DAD_WAIT)?;
     }
     for r in routes {
