@@ -20,7 +20,9 @@
 #           SR-IOV NIC model; its qemu-system-common, qemu-system-data and seabios must come
 #           from backports too, hence `apt-get install -t bookworm-backports`),
 #           busybox-static, kmod, gcc-12, make, pahole, libelf1 (the test-only kernel
-#           module), python3-venv (virtme-ng)
+#           modules), python3-venv (virtme-ng), udev (the guest, booted on this root
+#           filesystem, runs its systemd-udevd in the lab's IB phase; nothing starts it on
+#           the host)
 #   image   scripts/image.sh and the image test: buildah, podman, runc (crun, podman's
 #           default, fails on these machines' cgroup hybrid mode), fuse-overlayfs
 #   bench   scripts/bench.sh: iproute2, containernetworking-plugins, python3
@@ -37,7 +39,7 @@ packages() {
     case "$1" in
     demo) echo "-:iproute2 -:jq" ;;
     test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils" ;;
-    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2" ;;
+    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3" ;;
     *)

@@ -4,20 +4,25 @@
 # on this machine's root filesystem, with an emulated Intel 82576 (`igb`) SR-IOV PF.
 # The guest creates two igbvf VFs, loads rdma_rxe and runs every test of
 # tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
-# real kernel's rtnetlink and RDMA netlink, one test per row of the printed table.
+# real kernel's rtnetlink and RDMA netlink, one test per row of the printed table; then,
+# with systemd-udevd running, it rebinds both VFs to the mlx5-shaped test driver
+# tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs).
 #
 #   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
 #                                      failure, on zero tests run, or when the guest did
 #                                      not finish
+#   LAB_FILTER=REGEX scripts/kernel-lab.sh
+#                                      only the tests whose names match (development)
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
 # `scripts/deps.sh lab` (qemu-system-x86 10 with `igb` from Debian bookworm-backports,
 # installed with `-t bookworm-backports` so its firmware and data packages come from there
 # too; busybox-static, kmod, gcc-12, make, pahole, libelf1: the kernel's compiler and module
-# BTF; python3-venv), the backports 6.12 kernel image (only downloaded and unpacked, never
-# installed as the host's kernel; likewise its headers and kbuild, for the test-only module
-# tests/kmod/vfguid.ko), virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
+# BTF; python3-venv; udev, whose systemd-udevd the guest runs in the IB phase), the
+# backports 6.12 kernel image (only downloaded and unpacked, never installed as the host's
+# kernel; likewise its headers and kbuild, for the test-only modules tests/kmod/vfguid.ko
+# and tests/kmod/ibvf.ko), virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
 # (default /var/lib/ib-sriov-lab; not /var/cache, which the guest hides under a tmpfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,7 @@ if [[ "${1:-}" == --guest ]]; then
     out="$2"
     testbin="$3"
     kmod_dir="${4:-}"
+    filter="${5:-}"
     results="$out/results.tsv"
     : >"$results"
     exec >"$out/guest.log" 2>&1
@@ -96,30 +102,35 @@ if [[ "${1:-}" == --guest ]]; then
     ip -d link show
     ls -l "$pfdir"/ "$pfdir"/virtfn*/
 
-    # One process per test, in this order: the RDMA netns-mode round trip first (the
-    # kernel refuses a mode change while any other network namespace exists, and the
-    # other tests create and delete pod namespaces), then the rest as listed.
-    mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p')
-    ordered=()
-    for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] && ordered+=("$t"); done
-    for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] || ordered+=("$t"); done
-    for t in "${ordered[@]}"; do
-        start=$(date +%s.%N)
-        status=0
-        timeout 300 "$testbin" --ignored --exact "$t" --test-threads=1 --nocapture \
-            >"$out/tests/$t.log" 2>&1 || status=$?
-        secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
-        if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$out/tests/$t.log"; then
-            row PASS "$t" "$secs"
-        else
-            row FAIL "$t" "$secs"
-        fi
-        # A failed test may leave a VF behind: put the lab back for the next one (noted in
-        # that test's log; the failure itself is already recorded).
+    # One process per test; a row per test. $1: the function that puts the lab back
+    # after a test (a failed test may leave a VF behind; noted in that test's log, the
+    # failure itself is already recorded).
+    run_tests() {
+        local restore="$1" t start status secs
+        shift
+        for t in "$@"; do
+            start=$(date +%s.%N)
+            status=0
+            timeout 300 "$testbin" --ignored --exact "$t" --test-threads=1 --nocapture \
+                >"$out/tests/$t.log" 2>&1 || status=$?
+            secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+            if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$out/tests/$t.log"; then
+                row PASS "$t" "$secs"
+            else
+                row FAIL "$t" "$secs"
+            fi
+            "$restore" "$t" >>"$out/tests/$t.log" 2>&1 || true
+            ip netns list | awk '{ print $1 }' | xargs -r -n1 ip netns del || true
+        done
+    }
+    # Every VF bound to driver $1 with netdev name ${names[i]} ($2: the array's name).
+    restore_vfs() {
+        local drv="$1" i n
+        local -n names="$2"
         for ((i = 0; i < NUM_VFS; i++)); do
             if [[ -z "$(readlink "$pfdir/virtfn$i/driver")" ]]; then
-                echo "lab: rebinding ${vfs[i]} to $vf_driver" >>"$out/tests/$t.log"
-                echo "${vfs[i]}" >"/sys/bus/pci/drivers/$vf_driver/bind" || true
+                echo "lab: rebinding ${vfs[i]} to $drv"
+                echo "${vfs[i]}" >"/sys/bus/pci/drivers/$drv/bind" || true
             fi
             n=""
             for _ in $(seq 100); do
@@ -127,13 +138,72 @@ if [[ "${1:-}" == --guest ]]; then
                 [[ -n "$n" ]] && break
                 sleep 0.1
             done
-            if [[ -n "$n" && "$n" != "${vf_netdevs[i]}" ]]; then
-                echo "lab: VF $i netdev is $n, renaming it back to ${vf_netdevs[i]}" >>"$out/tests/$t.log"
-                ip link set "$n" down && ip link set "$n" name "${vf_netdevs[i]}" || true
+            if [[ -n "$n" && "$n" != "${names[i]}" ]]; then
+                echo "lab: VF $i netdev is $n, renaming it back to ${names[i]}"
+                ip link set "$n" down && ip link set "$n" name "${names[i]}" || true
             fi
         done
-        ip netns list | awk '{ print $1 }' | xargs -r -n1 ip netns del || true
+    }
+    restore_igbvf() { restore_vfs "$vf_driver" vf_netdevs; }
+    restore_ibvf() {
+        echo "---- kernel log of $1"
+        dmesg -c | grep -v 'audit:' || true
+        udevadm settle --timeout=30 || true
+        restore_vfs ibvf ib_netdevs
+    }
+
+    mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p' |
+        grep -E -- "${filter:-.}")
+    # Phase 1, igbvf without udev: the RDMA netns-mode round trip first (the kernel
+    # refuses a mode change while any other network namespace exists, and the other
+    # tests create and delete pod namespaces), then the rest as listed, but the IB cases.
+    ordered=() ib_tests=()
+    for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] && ordered+=("$t"); done
+    for t in "${all[@]}"; do
+        case "$t" in
+        rdma_netns_mode*) ;;
+        ib::*) ib_tests+=("$t") ;;
+        *) ordered+=("$t") ;;
+        esac
     done
+    run_tests restore_igbvf "${ordered[@]}"
+
+    # Phase 2, the InfiniBand cases (tests/real_kernel/ib.rs): udev running, both VFs
+    # rebound through driver_override to the mlx5-shaped test driver (tests/kmod/ibvf.c),
+    # which also puts the PF netdev ibpf0 (VF GUIDs and link state) on the PF.
+    if ((${#ib_tests[@]})); then
+        [[ -f "$kmod_dir/ibvf.ko" ]] || setup_fail "no $kmod_dir/ibvf.ko"
+        if ! udevadm control --ping 2>/dev/null; then
+            udevd=""
+            for c in /usr/lib/systemd/systemd-udevd /lib/systemd/systemd-udevd; do
+                [[ -x "$c" ]] && udevd="$c" && break
+            done
+            [[ -n "$udevd" ]] || setup_fail "no systemd-udevd (scripts/deps.sh lab installs udev)"
+            "$udevd" --daemon || setup_fail "starting $udevd"
+            for _ in $(seq 50); do udevadm control --ping 2>/dev/null && break; sleep 0.1; done
+            udevadm control --ping || setup_fail "systemd-udevd does not answer"
+        fi
+        insmod "$kmod_dir/ibvf.ko" pf="$pf" || setup_fail "insmod ibvf.ko pf=$pf"
+        for ((i = 0; i < NUM_VFS; i++)); do
+            echo ibvf >"$pfdir/virtfn$i/driver_override" || setup_fail "driver_override of ${vfs[i]}"
+            echo "${vfs[i]}" >"/sys/bus/pci/drivers/$vf_driver/unbind" || setup_fail "unbind ${vfs[i]}"
+            echo "${vfs[i]}" >/sys/bus/pci/drivers_probe || setup_fail "drivers_probe ${vfs[i]}"
+        done
+        udevadm settle --timeout=60 || true
+        ib_netdevs=() ib_rdma=()
+        for ((i = 0; i < NUM_VFS; i++)); do
+            [[ "$(basename "$(readlink "$pfdir/virtfn$i/driver")")" == ibvf ]] || setup_fail "${vfs[i]} not bound to ibvf"
+            n="$(ls "$pfdir/virtfn$i/net" 2>/dev/null || true)"
+            [[ -n "$n" ]] || setup_fail "VF ${vfs[i]} has no IPoIB netdev"
+            ib_netdevs+=("$n") ib_rdma+=("$(ls "$pfdir/virtfn$i/infiniband" 2>/dev/null)")
+        done
+        row PASS "setup: udev running; VFs ${vfs[*]} on ibvf: IPoIB ${ib_netdevs[*]}, RDMA ${ib_rdma[*]}, PF netdev ibpf0" 0
+        ip -d link show
+        rdma dev
+        export LAB_IB=1
+        dmesg -c >/dev/null || true
+        run_tests restore_ibvf "${ib_tests[@]}"
+    fi
     touch "$out/done"
     exit 0
 fi
@@ -240,10 +310,10 @@ tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
 # (which the guest sees).
 kmod_dir="$out/kmod"
 mkdir -p "$kmod_dir"
-cp tests/kmod/Kbuild tests/kmod/vfguid.c "$kmod_dir/"
+cp tests/kmod/Kbuild tests/kmod/*.c "$kmod_dir/"
 make -C "$kbuild_dir" M="$kmod_dir" modules >>"$out/build.log" 2>&1 || {
     cat "$out/build.log" >&2
-    echo "kernel-lab: building tests/kmod/vfguid.ko failed" >&2
+    echo "kernel-lab: building the test modules of tests/kmod failed" >&2
     exit 1
 }
 t_build=$(date +%s)
@@ -255,7 +325,7 @@ status=0
 timeout 1200 vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
     --rwdir="$out" \
     --qemu-opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1' \
-    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir" \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir ${LAB_FILTER:-}" \
     </dev/null >"$out/console.log" 2>&1 || status=$?
 t_guest=$(date +%s)
 echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"

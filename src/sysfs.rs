@@ -373,13 +373,11 @@ impl Sysfs {
             .map(|(n, _)| n)
             .ok_or(DiscoveryError::NotListed { vf: addr, pf })?;
 
-        let pf_netdev = list_dir(&pf_dir.join("net"))
-            .map_err(|source| DiscoveryError::Io {
-                path: pf_dir.join("net"),
-                source,
-            })?
-            .into_iter()
-            .next();
+        let pf_netdevs = list_dir(&pf_dir.join("net")).map_err(|source| DiscoveryError::Io {
+            path: pf_dir.join("net"),
+            source,
+        })?;
+        let pf_netdev = pick_pf_netdev(&pf_dir.join("net"), pf_netdevs);
 
         let net_dir = dir.join("net");
         let mut names = list_dir(&net_dir).map_err(|source| DiscoveryError::Io {
@@ -646,6 +644,23 @@ fn check_name(name: &str, what: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// The PF netdev to reach the VFs through, from the names under `<PF>/net/` (sorted):
+/// the only one, or, when the PF has several, the first InfiniBand one
+/// (`<PF>/net/<name>/type` reads 32, ARPHRD_INFINIBAND in include/uapi/linux/if_arp.h):
+/// the kernel accepts VF GUIDs only on an InfiniBand PF netdev (`do_setvfinfo()` in
+/// net/core/rtnetlink.c). `None` when the PF has no netdev in this netns.
+fn pick_pf_netdev(net_dir: &Path, names: Vec<String>) -> Option<String> {
+    if names.len() > 1 {
+        let ib = names.iter().find(|n| {
+            fs::read_to_string(net_dir.join(n).join("type")).is_ok_and(|t| t.trim() == "32")
+        });
+        if let Some(n) = ib {
+            return Some(n.clone());
+        }
+    }
+    names.into_iter().next()
+}
+
 /// Prefixes an I/O error with the path it concerns, keeping its kind.
 fn with_path(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
@@ -905,6 +920,28 @@ mod tests {
         assert!(vf.rdma_devices.is_empty());
         assert!(vf.pkeys.is_empty());
         assert_eq!(vf.vf_index, VfIndex(1));
+    }
+
+    #[test]
+    fn pf_netdev_prefers_the_infiniband_one() {
+        let d = tempfile::tempdir().unwrap();
+        let net = d.path();
+        for (n, ty) in [("enp1s0", "1"), ("ibpf0", "32"), ("zz0", "1")] {
+            fs::create_dir_all(net.join(n)).unwrap();
+            fs::write(net.join(n).join("type"), format!("{ty}\n")).unwrap();
+        }
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            pick_pf_netdev(net, names(&["enp1s0", "ibpf0", "zz0"])).as_deref(),
+            Some("ibpf0")
+        );
+        // One netdev: taken whatever its type; none InfiniBand: the first; none: None.
+        assert_eq!(pick_pf_netdev(net, names(&["zz0"])).as_deref(), Some("zz0"));
+        assert_eq!(
+            pick_pf_netdev(net, names(&["enp1s0", "zz0"])).as_deref(),
+            Some("enp1s0")
+        );
+        assert_eq!(pick_pf_netdev(net, Vec::new()), None);
     }
 
     #[test]

@@ -370,6 +370,44 @@ fn del_after_the_pod_netns_was_deleted() {
     assert_eq!(lab.host.snapshot(), before);
 }
 
+/// The returned netdev carries its original name as an altname (what udev's
+/// AlternativeNamesPolicy adds to a netdev that comes back from a dead pod under its
+/// pod name): the kernel refuses the rename-back with EEXIST until DEL deletes that
+/// altname of the very same link; an altname of another link is never touched.
+#[test]
+fn del_renames_back_over_its_own_altname() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let orig = lab.host.vf(0).netdev.clone().unwrap();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 0);
+    lab.add("c1", &pod, &conf).expect_ok();
+    let netns = pod.netns().to_string();
+    pod.delete().unwrap();
+    lab.host
+        .return_destroyed_vf_netdev(0, "net1", &before)
+        .unwrap();
+    lab.host
+        .host_ip(&["link", "property", "add", "dev", "net1", "altname", &orig]);
+    let refused = lab
+        .host
+        .host_exec(&["ip", "link", "set", "dev", "net1", "name", &orig]);
+    assert!(
+        !refused.status.success(),
+        "the kernel refuses the name held as an altname"
+    );
+    lab.del("c1", &netns, &conf).expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+    let shown = String::from_utf8_lossy(
+        &lab.host
+            .host_ip(&["-d", "link", "show", "dev", &orig])
+            .stdout,
+    )
+    .into_owned();
+    assert!(!shown.contains("altname"), "the altname is gone: {shown}");
+    assert!(lab.journals().is_empty());
+}
+
 #[test]
 fn del_with_empty_netns_still_releases_the_ip() {
     let lab = Lab::default();

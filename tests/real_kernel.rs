@@ -22,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The InfiniBand cases on the lab's mlx5-shaped VFs (tests/kmod/ibvf.c), run after the
+/// lab has rebound both VFs to `ibvf` with udev running.
+#[path = "real_kernel/ib.rs"]
+mod ib;
+
 const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
 const NET: &str = "labnet";
 const IFNAME: &str = "net1";
@@ -254,13 +259,14 @@ impl Run {
 /// test does not leave a VF in a pod for the next one.
 struct Plugin {
     dir: tempfile::TempDir,
-    added: std::cell::RefCell<Vec<(String, String, Value)>>,
+    added: std::sync::Mutex<Vec<(String, String, Value, String)>>,
 }
 
 impl Drop for Plugin {
     fn drop(&mut self) {
-        for (cid, netns, conf) in self.added.take() {
-            let _ = self.run("DEL", &cid, &netns, &conf);
+        let added = std::mem::take(&mut *self.added.lock().unwrap());
+        for (cid, netns, conf, ifname) in added {
+            let _ = self.run_if("DEL", &cid, &netns, &conf, &ifname);
         }
     }
 }
@@ -306,17 +312,25 @@ impl Plugin {
     /// Runs the real binary with `conf` on stdin, the environment a runtime gives it
     /// and no `IB_SRIOV_SYSFS_ROOT`.
     fn run(&self, cmd: &str, cid: &str, netns: &str, conf: &Value) -> Run {
+        self.run_if(cmd, cid, netns, conf, IFNAME)
+    }
+
+    /// [`Plugin::run`] with CNI_IFNAME `ifname`.
+    fn run_if(&self, cmd: &str, cid: &str, netns: &str, conf: &Value, ifname: &str) -> Run {
         if cmd == "ADD" {
-            self.added
-                .borrow_mut()
-                .push((cid.to_string(), netns.to_string(), conf.clone()));
+            self.added.lock().unwrap().push((
+                cid.to_string(),
+                netns.to_string(),
+                conf.clone(),
+                ifname.to_string(),
+            ));
         }
         let mut c = Command::new(BIN);
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", cmd)
             .env("CNI_CONTAINERID", cid)
-            .env("CNI_IFNAME", IFNAME)
+            .env("CNI_IFNAME", ifname)
             .env("CNI_PATH", Path::new(BIN).parent().unwrap())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

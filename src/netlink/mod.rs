@@ -13,7 +13,7 @@ use crate::netns::{NetNs, NetnsError};
 use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, Prop};
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use std::fmt;
 use std::net::IpAddr;
@@ -96,6 +96,9 @@ pub struct Link {
     /// IFLA_PARENT_DEV_NAME (kernel >= 5.14): the parent device, a PCI address for a
     /// VF netdev; `None` for virtual links (veth).
     pub parent_dev: Option<String>,
+    /// Alternative names (IFLA_PROP_LIST > IFLA_ALT_IFNAME, kernel >= 5.5), e.g. the
+    /// predictable names udev's `AlternativeNamesPolicy` adds.
+    pub altnames: Vec<String>,
 }
 
 impl Link {
@@ -107,6 +110,7 @@ impl Link {
             mtu: None,
             address: Vec::new(),
             parent_dev: None,
+            altnames: Vec::new(),
         };
         for a in &m.attributes {
             match a {
@@ -114,6 +118,12 @@ impl Link {
                 LinkAttribute::Mtu(v) => l.mtu = Some(*v),
                 LinkAttribute::Address(v) => l.address = v.clone(),
                 LinkAttribute::ParentDevName(p) => l.parent_dev = Some(p.clone()),
+                LinkAttribute::PropList(props) => {
+                    l.altnames.extend(props.iter().filter_map(|p| match p {
+                        Prop::AltIfName(n) => Some(n.clone()),
+                        _ => None,
+                    }))
+                }
                 _ => {}
             }
         }
@@ -226,6 +236,16 @@ impl Netlink {
             .name(name.to_string())
             .build();
         self.set(format!("rename link {index} to {name}"), m)
+    }
+
+    /// Deletes alternative name `name` of the link (RTM_DELLINKPROP with
+    /// IFLA_PROP_LIST > IFLA_ALT_IFNAME, as `ip link property del altname`); `ENOENT`
+    /// when the link has no such altname.
+    pub fn del_altname(&self, index: u32, name: &str) -> Result<(), NlError> {
+        let req = self.handle.link().property_del(index).alt_ifname(&[name]);
+        self.rt
+            .block_on(req.execute())
+            .map_err(|e| NlError::new(format!("delete altname {name} of link {index}"), e))
     }
 
     /// Moves the link into namespace `ns_fd` and gives it `name` there, in one

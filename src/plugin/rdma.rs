@@ -117,14 +117,22 @@ pub(super) fn move_in(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<(), CniError
         .rdma
         .open()
         .map_err(|e| rdma_err("opening RDMA netlink", e))?;
-    let d = s
+    let d = match s
         .device_by_name(name)
         .map_err(|e| rdma_err(&format!("looking up RDMA device {name}"), e))?
-        .ok_or_else(|| {
-            CniError::host(format!(
-                "RDMA device {name} is not in the host network namespace"
-            ))
-        })?;
+    {
+        Some(d) => d,
+        None => {
+            let all = s.list_devices().unwrap_or_default();
+            return Err(CniError::host(format!(
+                "RDMA device {name} is not in the host network namespace (it has: {})",
+                all.iter()
+                    .map(|d| format!("{} (index {})", d.name, d.index))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    };
     if let Err(e) = s.move_to_netns(d.index, pod.fd()) {
         let e = crate::rdma::refine_move_error(s.as_mut(), d.index, e);
         return Err(rdma_err(

@@ -208,13 +208,11 @@ pub fn find_in_host(
     vf: PciAddress,
     id: Option<&NetdevId>,
 ) -> Result<Option<Link>, CniError> {
-    let vfs = vf.to_string();
-    for n in host.sysfs.netdevs(vf).unwrap_or_default() {
-        if let Some(l) = host.nl.link_by_name(&n)? {
-            return Ok(Some(l));
-        }
+    if let Some(l) = listed_in_host(host, vf)? {
+        return Ok(Some(l));
     }
     let Some(id) = id else { return Ok(None) };
+    let vfs = vf.to_string();
     if let Some(l) = host.nl.link_by_parent(&vfs)? {
         if l.index == id.ifindex || format_hwaddr(&l.address) == id.hwaddr {
             return Ok(Some(l));
@@ -231,6 +229,24 @@ pub fn find_in_host(
     Ok(None)
 }
 
+/// The netdev the kernel lists under `<VF>/net/` (the VF's own, in the host netns), as
+/// a link. udev may rename it between the sysfs read and the netlink lookup (a netdev
+/// re-created by a rebind or an RDMA device move comes up as `ib%d` and is renamed
+/// asynchronously): a name that vanished is looked up again by its parent device
+/// (`IFLA_PARENT_DEV_NAME`), which no rename changes.
+fn listed_in_host(host: &Host, vf: PciAddress) -> Result<Option<Link>, CniError> {
+    let names = host.sysfs.netdevs(vf).unwrap_or_default();
+    for n in &names {
+        if let Some(l) = host.nl.link_by_name(n)? {
+            return Ok(Some(l));
+        }
+    }
+    if names.is_empty() {
+        return Ok(None);
+    }
+    Ok(host.nl.link_by_parent(&vf.to_string())?)
+}
+
 /// Gives the VF's netdev in the host its original name and admin state. When the name
 /// is taken in the host (EEXIST), the netdev gets [`FALLBACK_NAME_PATTERN`] instead.
 fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result<(), CniError> {
@@ -240,7 +256,7 @@ fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result
             nl.set_down(link.index)?;
             is_up = false;
         }
-        match nl.rename(link.index, orig) {
+        match rename_over_own_altname(nl, link, orig) {
             Ok(()) => log::info!("renamed {} back to {orig}", link.name),
             Err(e) if e.errno == EEXIST => {
                 nl.rename(link.index, FALLBACK_NAME_PATTERN)?;
@@ -260,6 +276,36 @@ fn fix_name_and_state(nl: &Netlink, link: &Link, orig: &str, up: bool) -> Result
         nl.set_down(link.index)?;
     }
     Ok(())
+}
+
+/// Renames `link` to `name`. When the name is taken by an alternative name of this very
+/// link, that altname is deleted first (`RTM_DELLINKPROP`) and the rename retried: udev's
+/// `AlternativeNamesPolicy` gives a VF netdev that returns from a deleted pod netns
+/// under its pod name (a rename udev does not undo: the name is no longer the kernel's)
+/// its predictable name as an altname, which is the original name, and the kernel
+/// refuses a name any link of the netns holds, altnames included (`netdev_name_in_use()`
+/// in net/core/dev.c). An altname of another link is left alone (`EEXIST` stays).
+fn rename_over_own_altname(
+    nl: &Netlink,
+    link: &Link,
+    name: &str,
+) -> Result<(), crate::netlink::NlError> {
+    match nl.rename(link.index, name) {
+        Err(e) if e.errno == EEXIST => {
+            let now = nl.link_by_index(link.index)?;
+            if !now.is_some_and(|l| l.altnames.iter().any(|a| a == name)) {
+                return Err(e);
+            }
+            nl.del_altname(link.index, name)?;
+            log::info!(
+                "deleted altname {name} of {} (ifindex {}) to give it back its name",
+                link.name,
+                link.index
+            );
+            nl.rename(link.index, name)
+        }
+        r => r,
+    }
 }
 
 /// What ADD's steps need besides the journal.
@@ -372,6 +418,7 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
         Step::RdmaMove { device } => {
             super::rdma::move_in(ctx, &device, &cx.pod.ns)?;
             hit("add.rdma")?;
+            netdev_after_rdma_move(cx, j)?;
         }
         Step::DeviceInfo { path, content } => {
             if let Some(dir) = path.parent() {
@@ -402,6 +449,48 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
         }
         Step::Ipam { .. } => ipam_apply(cx, j, i)?,
     }
+    Ok(())
+}
+
+/// After the RDMA device moved into the pod: the netdev the journal will move. Moving
+/// an RDMA device to another netns disables and re-enables it, which removes and
+/// re-adds every ib_client: the ipoib ULP destroys the VF's IPoIB netdev and creates a
+/// new one in the initial netns (new ifindex, new QPN in its hardware address; `ib%d`
+/// until udev renames it). `rdma_dev_change_netns()` in drivers/infiniband/core/device.c,
+/// `ipoib_add_one()` in drivers/infiniband/ulp/ipoib/ipoib_main.c; the Go plugin moves the
+/// RDMA device first for that reason. The recorded netdev still in the host (a driver
+/// without that behaviour) is kept; otherwise the kernel's netdev of the VF is taken
+/// (listed under `<VF>/net/`, waited for up to [`NETDEV_WAIT`]) and recorded.
+fn netdev_after_rdma_move(cx: &Apply, j: &mut Journal) -> Result<(), StepFailure> {
+    let Some(id) = j.steps.iter().find_map(|s| match s {
+        Step::MoveNetdev { netdev, .. } => Some(netdev.clone()),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let vf = j.vf.to_string();
+    if cx
+        .host
+        .nl
+        .link_by_index(id.ifindex)?
+        .is_some_and(|l| same_device(&l, &id, &vf))
+    {
+        return Ok(());
+    }
+    let link = netdev_after_rebind(cx.host, j.vf)?;
+    log::info!(
+        "the RDMA device move re-created the netdev of VF {vf}: {} (ifindex {}, {}) replaces ifindex {}",
+        link.name,
+        link.index,
+        format_hwaddr(&link.address),
+        id.ifindex
+    );
+    for s in j.steps.iter_mut() {
+        if let Step::MoveNetdev { netdev, .. } = s {
+            *netdev = netdev_id(&link);
+        }
+    }
+    cx.ctx.store.save_nosync(j)?;
     Ok(())
 }
 
@@ -708,10 +797,14 @@ pub fn rebind_driver(sysfs: &Sysfs, vf: PciAddress) -> Result<(), CniError> {
 /// rebind may rename it, ib-sriov-cni#217).
 pub fn netdev_after_rebind(host: &Host, vf: PciAddress) -> Result<Link, CniError> {
     let name = host.sysfs.wait_for_netdev(vf, NETDEV_WAIT)?;
-    let link = host.nl.link_by_name(&name)?.ok_or_else(|| {
+    let link = listed_in_host(host, vf)?.ok_or_else(|| {
         CniError::host(format!("netdev {name} of VF {vf} not found after rebind"))
     })?;
-    log::info!("VF {vf} netdev {name} ifindex {} after rebind", link.index);
+    log::info!(
+        "VF {vf} netdev {} ifindex {} after rebind",
+        link.name,
+        link.index
+    );
     Ok(link)
 }
 

@@ -11,6 +11,9 @@ use nix::sys::time::TimeVal;
 use super::codec::{self, Exchange, Reply};
 use super::{errno, refine_move_error, NetnsMode, RdmaDevice, RdmaError, RdmaOps};
 
+/// How many dumps [`RdmaSocket`]'s lookup by name tries before it answers "absent".
+const DUMP_TRIES: usize = 3;
+
 /// Receive buffer size. The kernel sizes dump skbs from the reader's buffer
 /// (`netlink_dump`: up to 32 KiB) and a doit reply is `NLMSG_DEFAULT_SIZE`
 /// (about one page), so 64 KiB never truncates; truncation is still detected
@@ -209,7 +212,18 @@ impl RdmaOps for RdmaSocket {
             .collect())
     }
 
+    /// A dump, looked through for `name`, repeated up to [`DUMP_TRIES`] times while the
+    /// name is missing: the kernel resumes a `CMD_GET` dump by position
+    /// (`_nldev_get_dumpit()` in drivers/infiniband/core/nldev.c puts one device per
+    /// part and keeps its count in `cb->args[0]`), so a device that leaves this netns
+    /// during the dump (another ADD moving its VF's device into a pod) shifts the
+    /// positions and hides the device after it from that dump.
     fn device_by_name(&mut self, name: &str) -> Result<Option<RdmaDevice>, RdmaError> {
+        for _ in 1..DUMP_TRIES {
+            if let Some(d) = self.list_devices()?.into_iter().find(|d| d.name == name) {
+                return Ok(Some(d));
+            }
+        }
         Ok(self.list_devices()?.into_iter().find(|d| d.name == name))
     }
 

@@ -1,0 +1,484 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ibvf: a test-only driver set for the ib-sriov real-kernel lab (scripts/kernel-lab.sh)
+ * that makes the guest's igb VFs look like ConnectX (mlx5) InfiniBand VFs to everything
+ * the plugin touches. Never part of the plugin.
+ *
+ * PF side (module parameter `pf`, the igb SR-IOV PF's PCI address): one
+ * ARPHRD_INFINIBAND netdev "ibpf0" parented to the PF, so rtnetlink's
+ * IFLA_VFINFO_LIST / IFLA_VF_IB_{NODE,PORT}_GUID / IFLA_VF_LINK_STATE reach the ops
+ * below (do_setvfinfo() in net/core/rtnetlink.c accepts GUIDs on InfiniBand devices
+ * only). Per VF it keeps what mlx5 keeps:
+ *   - the "firmware" GUIDs the VF's function will come up with (initially
+ *     IBVF_GUID_BASE + VF index, node = port), changed by a GUID set;
+ *   - the GUIDs last set over netlink, which is all ndo_get_vf_guid reports (zero until
+ *     set), as mlx5_ib_get_vf_guid() (drivers/infiniband/hw/mlx5/ib_virt.c) reports its
+ *     vfs_ctx cache;
+ *   - the link-state policy (auto/enable/disable).
+ *
+ * VF side: a PCI driver "ibvf" with no ID table, bound only through `driver_override`
+ * (drivers/pci/pci-driver.c pci_match_device() matches any device whose override names
+ * the driver), so the plugin's own unbind/bind through sysfs is real. Its probe reads
+ * the VF's GUIDs and policy from the PF side (a GUID set takes effect only at the next
+ * probe, i.e. after a rebind, as on mlx5) and registers an RDMA device "ibvf_%d"
+ * (ib_alloc_device/ib_register_device, parent and DMA device the VF's pci_dev, so
+ * <VF>/infiniband/ibvf_N is the kernel's own) that implements disassociate_ucontext,
+ * so RDMA_NLDEV_CMD_SET with RDMA_NLDEV_NET_NS_FD really moves it
+ * (ib_device_set_netns_put() in drivers/infiniband/core/device.c). The mandatory kverbs
+ * are absent, so ib_core marks it a non-kverbs provider and kverbs clients (MAD, CM,
+ * the real ipoib) leave it alone.
+ *
+ * IPoIB: like the ipoib ULP, a client of the RDMA device (ib_register_client with
+ * no_kverbs_req) creates the VF's ARPHRD_INFINIBAND netdev "ib%d" in init_net when the
+ * device is enabled and destroys it when the device is disabled. So, as with mlx5 +
+ * ipoib, moving the RDMA device to another netns (or the kernel moving it back when
+ * that netns dies) destroys the IPoIB netdev wherever it is and creates a new one in
+ * the initial netns. Its 20-byte hardware address is 4 bytes flags+QPN (the QPN grows
+ * with every creation, as a new UD QP's would), the fe80::/64 subnet prefix and the
+ * port GUID the VF came up with.
+ */
+#include <linux/module.h>
+#include <linux/netdevice.h>
+#include <linux/etherdevice.h>
+#include <linux/if_arp.h>
+#include <linux/if_infiniband.h>
+#include <linux/if_link.h>
+#include <linux/pci.h>
+#include <linux/skbuff.h>
+#include <rdma/ib_verbs.h>
+
+#define IBVF_MAX_VFS 64
+#define IBVF_GUID_BASE 0x506b4b0300a10000ULL
+#define IBVF_DRV_NAME "ibvf"
+
+static char *pf = "";
+module_param(pf, charp, 0444);
+MODULE_PARM_DESC(pf, "PCI address of the SR-IOV PF whose VFs this driver may bind");
+
+/* ------------------------------------------------------------------ PF side */
+
+struct ibvf_vf_state {
+	u64 fw_node_guid;	/* what the VF comes up with at its next probe */
+	u64 fw_port_guid;
+	u64 set_node_guid;	/* last set over netlink: what ndo_get_vf_guid reports */
+	u64 set_port_guid;
+	int link_state;
+};
+
+struct ibvf_pf {
+	struct pci_dev *pdev;
+	struct mutex lock;
+	struct ibvf_vf_state vf[IBVF_MAX_VFS];
+};
+
+static struct net_device *ibvf_pf_dev;
+static struct ibvf_pf *ibvf_pf;
+static atomic_t ibvf_qpn = ATOMIC_INIT(0x48);
+
+static int ibvf_pf_check(int vf)
+{
+	if (vf < 0 || vf >= pci_num_vf(ibvf_pf->pdev) || vf >= IBVF_MAX_VFS)
+		return -EINVAL;
+	return 0;
+}
+
+static netdev_tx_t ibvf_xmit(struct sk_buff *skb, struct net_device *dev)
+{
+	dev->stats.tx_dropped++;
+	dev_kfree_skb(skb);
+	return NETDEV_TX_OK;
+}
+
+static int ibvf_set_vf_guid(struct net_device *dev, int vf, u64 guid, int type)
+{
+	int err = ibvf_pf_check(vf);
+
+	if (err)
+		return err;
+	mutex_lock(&ibvf_pf->lock);
+	if (type == IFLA_VF_IB_NODE_GUID) {
+		ibvf_pf->vf[vf].set_node_guid = guid;
+		ibvf_pf->vf[vf].fw_node_guid = guid;
+	} else if (type == IFLA_VF_IB_PORT_GUID) {
+		ibvf_pf->vf[vf].set_port_guid = guid;
+		ibvf_pf->vf[vf].fw_port_guid = guid;
+	} else {
+		err = -EINVAL;
+	}
+	mutex_unlock(&ibvf_pf->lock);
+	if (!err)
+		netdev_info(dev, "vf %d %s guid %016llx\n", vf,
+			    type == IFLA_VF_IB_NODE_GUID ? "node" : "port", guid);
+	return err;
+}
+
+static int ibvf_get_vf_guid(struct net_device *dev, int vf,
+			    struct ifla_vf_guid *node, struct ifla_vf_guid *port)
+{
+	int err = ibvf_pf_check(vf);
+
+	if (err)
+		return err;
+	mutex_lock(&ibvf_pf->lock);
+	node->vf = vf;
+	node->guid = ibvf_pf->vf[vf].set_node_guid;
+	port->vf = vf;
+	port->guid = ibvf_pf->vf[vf].set_port_guid;
+	mutex_unlock(&ibvf_pf->lock);
+	return 0;
+}
+
+static int ibvf_set_vf_link_state(struct net_device *dev, int vf, int state)
+{
+	int err = ibvf_pf_check(vf);
+
+	if (err)
+		return err;
+	if (state < IFLA_VF_LINK_STATE_AUTO || state > IFLA_VF_LINK_STATE_DISABLE)
+		return -EINVAL;
+	mutex_lock(&ibvf_pf->lock);
+	ibvf_pf->vf[vf].link_state = state;
+	mutex_unlock(&ibvf_pf->lock);
+	netdev_info(dev, "vf %d link state %d\n", vf, state);
+	return 0;
+}
+
+static int ibvf_get_vf_config(struct net_device *dev, int vf,
+			      struct ifla_vf_info *ivi)
+{
+	int err = ibvf_pf_check(vf);
+
+	if (err)
+		return err;
+	ivi->vf = vf;
+	mutex_lock(&ibvf_pf->lock);
+	ivi->linkstate = ibvf_pf->vf[vf].link_state;
+	mutex_unlock(&ibvf_pf->lock);
+	return 0;
+}
+
+static const struct net_device_ops ibvf_pf_ops = {
+	.ndo_start_xmit = ibvf_xmit,
+	.ndo_set_vf_guid = ibvf_set_vf_guid,
+	.ndo_get_vf_guid = ibvf_get_vf_guid,
+	.ndo_set_vf_link_state = ibvf_set_vf_link_state,
+	.ndo_get_vf_config = ibvf_get_vf_config,
+};
+
+static const struct net_device_ops ibvf_ipoib_ops = {
+	.ndo_start_xmit = ibvf_xmit,
+};
+
+static void ibvf_setup_ib(struct net_device *dev)
+{
+	static const u8 bcast[INFINIBAND_ALEN] = {
+		0x00, 0xff, 0xff, 0xff, 0xff, 0x12, 0x40, 0x1b, 0xff, 0xff,
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff
+	};
+
+	dev->type = ARPHRD_INFINIBAND;
+	dev->addr_len = INFINIBAND_ALEN;
+	dev->hard_header_len = 0;
+	dev->mtu = 2044;
+	dev->min_mtu = 68;
+	dev->max_mtu = 4092;
+	dev->flags = IFF_BROADCAST | IFF_MULTICAST;
+	dev->tx_queue_len = 0;
+	memcpy(dev->broadcast, bcast, INFINIBAND_ALEN);
+}
+
+static void ibvf_pf_setup(struct net_device *dev)
+{
+	ibvf_setup_ib(dev);
+	dev->netdev_ops = &ibvf_pf_ops;
+}
+
+static void ibvf_ipoib_setup(struct net_device *dev)
+{
+	ibvf_setup_ib(dev);
+	dev->netdev_ops = &ibvf_ipoib_ops;
+}
+
+/* ------------------------------------------------------------------ RDMA device */
+
+struct ibvf_dev {
+	struct ib_device ibdev;		/* first: ib_alloc_device() requires it */
+	struct pci_dev *pdev;
+	int vf;
+	u64 node_guid;
+	u64 port_guid;
+	int link_state;
+};
+
+static struct ibvf_dev *to_ibvf(struct ib_device *d)
+{
+	return container_of(d, struct ibvf_dev, ibdev);
+}
+
+static int ibvf_query_device(struct ib_device *d, struct ib_device_attr *a,
+			     struct ib_udata *uhw)
+{
+	struct ibvf_dev *v = to_ibvf(d);
+
+	memset(a, 0, sizeof(*a));
+	a->sys_image_guid = cpu_to_be64(v->node_guid);
+	a->vendor_id = 0x02c9;
+	a->vendor_part_id = 0x101c;	/* ConnectX-6 VF */
+	a->max_pkeys = 1;
+	return 0;
+}
+
+static int ibvf_query_port(struct ib_device *d, u32 port, struct ib_port_attr *a)
+{
+	struct ibvf_dev *v = to_ibvf(d);
+	bool up = v->link_state != IFLA_VF_LINK_STATE_DISABLE;
+
+	a->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	a->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
+	a->max_mtu = IB_MTU_4096;
+	a->active_mtu = IB_MTU_2048;
+	a->gid_tbl_len = 1;
+	a->pkey_tbl_len = 1;
+	a->lid = 0x10 + v->vf;
+	a->sm_lid = 1;
+	a->active_width = IB_WIDTH_4X;
+	a->active_speed = IB_SPEED_HDR;
+	return 0;
+}
+
+static int ibvf_port_immutable(struct ib_device *d, u32 port,
+			       struct ib_port_immutable *im)
+{
+	im->pkey_tbl_len = 1;
+	im->gid_tbl_len = 1;
+	im->core_cap_flags = RDMA_CORE_CAP_PROT_IB;
+	im->max_mad_size = 0;
+	return 0;
+}
+
+static int ibvf_query_gid(struct ib_device *d, u32 port, int index, union ib_gid *gid)
+{
+	if (index)
+		return -EINVAL;
+	gid->global.subnet_prefix = cpu_to_be64(0xfe80000000000000ULL);
+	gid->global.interface_id = cpu_to_be64(to_ibvf(d)->port_guid);
+	return 0;
+}
+
+static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
+{
+	if (index)
+		return -EINVAL;
+	*pkey = 0xffff;
+	return 0;
+}
+
+static void ibvf_disassociate_ucontext(struct ib_ucontext *uctx)
+{
+	/* No user contexts are ever created (no alloc_ucontext): nothing to do. */
+}
+
+static const struct ib_device_ops ibvf_ib_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+	.uverbs_abi_ver = 1,
+	.query_device = ibvf_query_device,
+	.query_port = ibvf_query_port,
+	.get_port_immutable = ibvf_port_immutable,
+	.query_gid = ibvf_query_gid,
+	.query_pkey = ibvf_query_pkey,
+	.disassociate_ucontext = ibvf_disassociate_ucontext,
+};
+
+/* ------------------------------------------------------------------ IPoIB client */
+
+static struct ib_client ibvf_ipoib_client;
+
+static int ibvf_ipoib_add(struct ib_device *d)
+{
+	struct ibvf_dev *v;
+	struct net_device *ndev;
+	u8 addr[INFINIBAND_ALEN] = { 0 };
+	u32 qpn;
+	int err;
+
+	if (d->ops.query_device != ibvf_query_device)
+		return -EOPNOTSUPP;	/* not ours (e.g. rxe) */
+	v = to_ibvf(d);
+	ndev = alloc_netdev(0, "ib%d", NET_NAME_ENUM, ibvf_ipoib_setup);
+	if (!ndev)
+		return -ENOMEM;
+	qpn = atomic_inc_return(&ibvf_qpn) & 0xffffff;
+	addr[1] = qpn >> 16;
+	addr[2] = qpn >> 8;
+	addr[3] = qpn;
+	put_unaligned_be64(0xfe80000000000000ULL, addr + 4);
+	put_unaligned_be64(v->port_guid, addr + 12);
+	dev_addr_set(ndev, addr);
+	SET_NETDEV_DEV(ndev, &v->pdev->dev);
+	err = register_netdev(ndev);
+	if (err) {
+		free_netdev(ndev);
+		return err;
+	}
+	if (v->link_state == IFLA_VF_LINK_STATE_DISABLE)
+		netif_carrier_off(ndev);
+	else
+		netif_carrier_on(ndev);
+	ib_set_client_data(d, &ibvf_ipoib_client, ndev);
+	dev_info(&v->pdev->dev, "%s: IPoIB netdev %s (ifindex %d, qpn %06x)\n",
+		 dev_name(&d->dev), ndev->name, ndev->ifindex, qpn);
+	return 0;
+}
+
+static void ibvf_ipoib_remove(struct ib_device *d, void *data)
+{
+	struct net_device *ndev = data;
+
+	dev_info(d->dev.parent, "%s: removing IPoIB netdev %s (ifindex %d)\n",
+		 dev_name(&d->dev), ndev->name, ndev->ifindex);
+	unregister_netdev(ndev);
+	free_netdev(ndev);
+}
+
+static struct ib_client ibvf_ipoib_client = {
+	.name = "ibvf_ipoib",
+	.add = ibvf_ipoib_add,
+	.remove = ibvf_ipoib_remove,
+	.no_kverbs_req = 1,
+};
+
+/* ------------------------------------------------------------------ VF PCI driver */
+
+static int ibvf_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct ibvf_dev *v;
+	int vf, err;
+
+	if (!pdev->is_virtfn || pci_physfn(pdev) != ibvf_pf->pdev)
+		return -ENODEV;
+	vf = pci_iov_vf_id(pdev);
+	if (vf < 0 || vf >= IBVF_MAX_VFS)
+		return -ENODEV;
+	v = ib_alloc_device(ibvf_dev, ibdev);
+	if (!v)
+		return -ENOMEM;
+	v->pdev = pdev;
+	v->vf = vf;
+	mutex_lock(&ibvf_pf->lock);
+	v->node_guid = ibvf_pf->vf[vf].fw_node_guid;
+	v->port_guid = ibvf_pf->vf[vf].fw_port_guid;
+	v->link_state = ibvf_pf->vf[vf].link_state;
+	mutex_unlock(&ibvf_pf->lock);
+	v->ibdev.node_type = RDMA_NODE_IB_CA;
+	v->ibdev.phys_port_cnt = 1;
+	v->ibdev.num_comp_vectors = 1;
+	v->ibdev.node_guid = cpu_to_be64(v->node_guid);
+	v->ibdev.dev.parent = &pdev->dev;
+	ib_set_device_ops(&v->ibdev, &ibvf_ib_ops);
+	err = ib_register_device(&v->ibdev, "ibvf_%d", &pdev->dev);
+	if (err) {
+		ib_dealloc_device(&v->ibdev);
+		return err;
+	}
+	pci_set_drvdata(pdev, v);
+	dev_info(&pdev->dev, "VF %d: RDMA device %s, node guid %016llx, port guid %016llx, link state %d\n",
+		 vf, dev_name(&v->ibdev.dev), v->node_guid, v->port_guid, v->link_state);
+	return 0;
+}
+
+static void ibvf_remove(struct pci_dev *pdev)
+{
+	struct ibvf_dev *v = pci_get_drvdata(pdev);
+
+	ib_unregister_device(&v->ibdev);
+	ib_dealloc_device(&v->ibdev);
+	pci_set_drvdata(pdev, NULL);
+}
+
+static struct pci_driver ibvf_driver = {
+	.name = IBVF_DRV_NAME,
+	.id_table = NULL,
+	.probe = ibvf_probe,
+	.remove = ibvf_remove,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static int __init ibvf_init(void)
+{
+	unsigned int domain, bus, slot, fn;
+	struct pci_dev *pdev;
+	int err, i;
+
+	if (sscanf(pf, "%x:%x:%x.%x", &domain, &bus, &slot, &fn) != 4)
+		return -EINVAL;
+	pdev = pci_get_domain_bus_and_slot(domain, bus, PCI_DEVFN(slot, fn));
+	if (!pdev)
+		return -ENODEV;
+	if (!pci_num_vf(pdev)) {
+		err = -ENXIO;
+		goto put_pdev;
+	}
+	ibvf_pf = kzalloc(sizeof(*ibvf_pf), GFP_KERNEL);
+	if (!ibvf_pf) {
+		err = -ENOMEM;
+		goto put_pdev;
+	}
+	ibvf_pf->pdev = pdev;
+	mutex_init(&ibvf_pf->lock);
+	for (i = 0; i < IBVF_MAX_VFS; i++) {
+		ibvf_pf->vf[i].fw_node_guid = IBVF_GUID_BASE + i;
+		ibvf_pf->vf[i].fw_port_guid = IBVF_GUID_BASE + i;
+	}
+	ibvf_pf_dev = alloc_netdev(0, "ibpf0", NET_NAME_USER, ibvf_pf_setup);
+	if (!ibvf_pf_dev) {
+		err = -ENOMEM;
+		goto free_pf;
+	}
+	{
+		u8 addr[INFINIBAND_ALEN] = { 0, 0, 0, 0x47 };
+
+		put_unaligned_be64(0xfe80000000000000ULL, addr + 4);
+		put_unaligned_be64(IBVF_GUID_BASE - 1, addr + 12);
+		dev_addr_set(ibvf_pf_dev, addr);
+	}
+	SET_NETDEV_DEV(ibvf_pf_dev, &pdev->dev);
+	err = register_netdev(ibvf_pf_dev);
+	if (err)
+		goto free_netdev;
+	err = ib_register_client(&ibvf_ipoib_client);
+	if (err)
+		goto unregister_netdev;
+	err = pci_register_driver(&ibvf_driver);
+	if (err)
+		goto unregister_client;
+	return 0;
+
+unregister_client:
+	ib_unregister_client(&ibvf_ipoib_client);
+unregister_netdev:
+	unregister_netdev(ibvf_pf_dev);
+free_netdev:
+	free_netdev(ibvf_pf_dev);
+free_pf:
+	kfree(ibvf_pf);
+put_pdev:
+	pci_dev_put(pdev);
+	return err;
+}
+
+static void __exit ibvf_exit(void)
+{
+	pci_unregister_driver(&ibvf_driver);
+	ib_unregister_client(&ibvf_ipoib_client);
+	unregister_netdev(ibvf_pf_dev);
+	free_netdev(ibvf_pf_dev);
+	pci_dev_put(ibvf_pf->pdev);
+	kfree(ibvf_pf);
+}
+
+module_init(ibvf_init);
+module_exit(ibvf_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("ib-sriov lab: mlx5-shaped InfiniBand VF driver, RDMA device and IPoIB netdev (test only)");
