@@ -4,8 +4,8 @@
 # on this machine's root filesystem, with an emulated Intel 82576 (`igb`) SR-IOV PF.
 # The guest creates two igbvf VFs, loads rdma_rxe and runs every test of
 # tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
-# real kernel's rtnetlink and RDMA netlink, one test per row of the printed table; then,
-# with systemd-udevd running, it rebinds both VFs to the mlx5-shaped test driver
+# real kernel's rtnetlink and RDMA netlink, one test per row of the printed table, with
+# systemd-udevd running as on a real node; then it rebinds both VFs to the mlx5-shaped test driver
 # tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs).
 #
 #   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
@@ -19,7 +19,7 @@
 # `scripts/deps.sh lab` (qemu-system-x86 10 with `igb` from Debian bookworm-backports,
 # installed with `-t bookworm-backports` so its firmware and data packages come from there
 # too; busybox-static, kmod, gcc-12, make, pahole, libelf1: the kernel's compiler and module
-# BTF; python3-venv; udev, whose systemd-udevd the guest runs in the IB phase), the
+# BTF; python3-venv; udev, whose systemd-udevd the guest runs), the
 # backports 6.12 kernel image (only downloaded and unpacked, never installed as the host's
 # kernel; likewise its headers and kbuild, for the test-only modules tests/kmod/vfguid.ko
 # and tests/kmod/ibvf.ko), virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
@@ -50,14 +50,20 @@ if [[ "${1:-}" == --guest ]]; then
     unset IB_SRIOV_SYSFS_ROOT
     mkdir -p /run/netns "$out/tests"
 
-    # The guest runs without udev (README): virtme-ng starts the host's systemd-udevd when
-    # the host has one, and udev's renames to predictable names and alternative names
-    # (e.g. a VF netdev returned from a deleted netns gets its original name as an altname,
-    # so renaming it back fails with EEXIST) would change what the tests see. Stop it
-    # before any VF exists.
-    if command -v udevadm >/dev/null && udevadm control --ping 2>/dev/null; then
-        udevadm settle --timeout=60 || true
-        udevadm control --exit || setup_fail "udevadm control --exit"
+    # udev runs in the guest as on every real node (README): virtme-ng starts the host's
+    # systemd-udevd (scripts/deps.sh lab installs udev), else it is started here. Its
+    # renames to predictable names and its alternative names (a VF netdev returned from a
+    # deleted netns gets its original name as an altname) are part of what the tests
+    # face.
+    if ! udevadm control --ping 2>/dev/null; then
+        udevd=""
+        for c in /usr/lib/systemd/systemd-udevd /lib/systemd/systemd-udevd; do
+            [[ -x "$c" ]] && udevd="$c" && break
+        done
+        [[ -n "$udevd" ]] || setup_fail "no systemd-udevd (scripts/deps.sh lab installs udev)"
+        "$udevd" --daemon || setup_fail "starting $udevd"
+        for _ in $(seq 50); do udevadm control --ping 2>/dev/null && break; sleep 0.1; done
+        udevadm control --ping || setup_fail "systemd-udevd does not answer"
     fi
     modprobe igb || setup_fail "modprobe igb"
     modprobe igbvf || setup_fail "modprobe igbvf"
@@ -68,6 +74,7 @@ if [[ "${1:-}" == --guest ]]; then
     [[ -n "$pf" ]] || setup_fail "no igb SR-IOV PF in the guest"
     pfdir="/sys/bus/pci/devices/$pf"
     for _ in $(seq 50); do [[ -n "$(ls "$pfdir/net" 2>/dev/null)" ]] && break; sleep 0.1; done
+    udevadm settle --timeout=60 || true
     pf_netdev="$(ls "$pfdir/net")"
     ip link set "$pf_netdev" up || setup_fail "ip link set $pf_netdev up"
     echo "$NUM_VFS" >"$pfdir/sriov_numvfs" || setup_fail "echo $NUM_VFS > $pfdir/sriov_numvfs"
@@ -81,7 +88,12 @@ if [[ "${1:-}" == --guest ]]; then
             sleep 0.1
         done
         [[ -n "$n" ]] || setup_fail "VF $i ($vf) has no netdev"
-        vfs+=("$vf") vf_netdevs+=("$n")
+        vfs+=("$vf")
+    done
+    # The names udev gives them.
+    udevadm settle --timeout=60 || true
+    for ((i = 0; i < NUM_VFS; i++)); do
+        vf_netdevs+=("$(ls "$pfdir/virtfn$i/net")")
     done
     vf_driver="$(basename "$(readlink "$pfdir/virtfn0/driver")")"
     row PASS "setup: igb PF $pf ($pf_netdev) with VFs ${vfs[*]} (${vf_netdevs[*]}, $vf_driver)" 0
@@ -144,7 +156,10 @@ if [[ "${1:-}" == --guest ]]; then
             fi
         done
     }
-    restore_igbvf() { restore_vfs "$vf_driver" vf_netdevs; }
+    restore_igbvf() {
+        udevadm settle --timeout=30 || true
+        restore_vfs "$vf_driver" vf_netdevs
+    }
     restore_ibvf() {
         echo "---- kernel log of $1"
         dmesg -c | grep -v 'audit:' || true
@@ -154,7 +169,7 @@ if [[ "${1:-}" == --guest ]]; then
 
     mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p' |
         grep -E -- "${filter:-.}")
-    # Phase 1, igbvf without udev: the RDMA netns-mode round trip first (the kernel
+    # Phase 1, igbvf: the RDMA netns-mode round trip first (the kernel
     # refuses a mode change while any other network namespace exists, and the other
     # tests create and delete pod namespaces), then the rest as listed, but the IB cases.
     ordered=() ib_tests=()
@@ -168,21 +183,11 @@ if [[ "${1:-}" == --guest ]]; then
     done
     run_tests restore_igbvf "${ordered[@]}"
 
-    # Phase 2, the InfiniBand cases (tests/real_kernel/ib.rs): udev running, both VFs
-    # rebound through driver_override to the mlx5-shaped test driver (tests/kmod/ibvf.c),
+    # Phase 2, the InfiniBand cases (tests/real_kernel/ib.rs): both VFs rebound through driver_override to the mlx5-shaped test driver (tests/kmod/ibvf.c),
     # which also puts the PF netdev ibpf0 (VF GUIDs and link state) on the PF.
     if ((${#ib_tests[@]})); then
         [[ -f "$kmod_dir/ibvf.ko" ]] || setup_fail "no $kmod_dir/ibvf.ko"
-        if ! udevadm control --ping 2>/dev/null; then
-            udevd=""
-            for c in /usr/lib/systemd/systemd-udevd /lib/systemd/systemd-udevd; do
-                [[ -x "$c" ]] && udevd="$c" && break
-            done
-            [[ -n "$udevd" ]] || setup_fail "no systemd-udevd (scripts/deps.sh lab installs udev)"
-            "$udevd" --daemon || setup_fail "starting $udevd"
-            for _ in $(seq 50); do udevadm control --ping 2>/dev/null && break; sleep 0.1; done
-            udevadm control --ping || setup_fail "systemd-udevd does not answer"
-        fi
+        udevadm control --ping || setup_fail "systemd-udevd is not running"
         insmod "$kmod_dir/ibvf.ko" pf="$pf" || setup_fail "insmod ibvf.ko pf=$pf"
         for ((i = 0; i < NUM_VFS; i++)); do
             echo ibvf >"$pfdir/virtfn$i/driver_override" || setup_fail "driver_override of ${vfs[i]}"
@@ -325,7 +330,7 @@ status=0
 timeout 1200 vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
     --rwdir="$out" \
     --qemu-opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1' \
-    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir ${LAB_FILTER:-}" \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}")" \
     </dev/null >"$out/console.log" 2>&1 || status=$?
 t_guest=$(date +%s)
 echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"

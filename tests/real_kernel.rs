@@ -652,9 +652,16 @@ fn driver_rebind_recreates_netdev_found_by_pci_address() {
     eprintln!("second unbind: {err}");
 
     sysfs.bind(addr, &driver).unwrap();
+    let first = sysfs
+        .wait_for_netdev(addr, Duration::from_secs(10))
+        .unwrap();
+    // The driver names the new netdev eth%d and udev renames it (asynchronously) to its
+    // predictable name: compare names once udev is done.
+    sh(&["udevadm", "settle", "--timeout=30"]);
     let name = sysfs
         .wait_for_netdev(addr, Duration::from_secs(10))
         .unwrap();
+    eprintln!("after bind: {first}, after udev: {name}");
     let index = sysfs.netdev_ifindex(addr, &name).unwrap().expect("ifindex");
     assert_ne!(index, old_index, "a new netdev");
     assert_eq!(index, ifindex_of(&name));
