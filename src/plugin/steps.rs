@@ -21,6 +21,7 @@ use super::{errors::ErrorList, Ctx, Ipam, NETDEV_WAIT};
 use crate::cni::{code, CniError, CniOutput, Command, Interface, IpConfig, Route};
 use crate::config::NetConf;
 use crate::failpoint::hit;
+use crate::ipam::{Allocation, IpamError};
 use crate::journal::{Journal, NetdevId, NsId, Step};
 use crate::netlink::{Link, LinkEvents, Netlink};
 use crate::netns::NetNs;
@@ -320,6 +321,9 @@ pub struct Apply<'a> {
     pub view: PfView<'a>,
     /// The IPAM to allocate from.
     pub ipam: Option<&'a Ipam>,
+    /// The built-in allocation that ran beside the netns move ([`apply`]), waiting for
+    /// its own step (which reports its error, if any).
+    pub early_ipam: Option<Result<Allocation, IpamError>>,
     /// The result being built.
     pub out: CniOutput,
 }
@@ -439,7 +443,42 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
             hit("add.device_info")?;
         }
         Step::MoveNetdev { netdev, .. } => {
-            let pod_ifindex = move_in(cx, j, &netdev)?;
+            // The built-in allocation (file work, fsyncs included) runs in a second
+            // thread while this one waits in the kernel's netns move (an rcu_barrier():
+            // several scheduler ticks). Crash-safe in either order: the durable plan
+            // already lists both steps, and the undo of each checks what exists. Joined
+            // before the fail point, so a kill there finds the allocation complete.
+            // Delegated IPAM stays after the move (a dhcp plugin needs the interface).
+            let early = match (j.steps.get(i + 1), cx.ipam) {
+                (Some(Step::Ipam { .. }), Some(Ipam::Builtin(c))) => Some(c),
+                _ => None,
+            };
+            let (conf, env) = (ctx.conf, ctx.env);
+            let (moved, alloc) = std::thread::scope(|s| {
+                let alloc = early.map(|c| {
+                    s.spawn(|| {
+                        c.allocate_new(
+                            &conf.name,
+                            &env.container_id,
+                            &env.ifname,
+                            conf.lock_timeout,
+                        )
+                    })
+                });
+                let moved = move_in(cx, j, &netdev);
+                let alloc =
+                    alloc.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+                (moved, alloc)
+            });
+            if let Some(Ok(a)) = &alloc {
+                // In memory for the rollback (saved with the completion, as below).
+                if let Some(Step::Ipam { ips, .. }) = j.steps.get_mut(i + 1) {
+                    *ips = a.ips.iter().map(|ip| ip.address.ip()).collect();
+                }
+            }
+            cx.early_ipam = alloc;
+            let pod_ifindex = moved?;
+            hit("add.move")?;
             // Written with the completion (one journal write fewer per ADD: a file
             // creation costs ~1 ms of system time on ext4 here). Lost in a crash, the
             // undo finds the netdev in the pod by its recorded identity instead.
@@ -531,7 +570,6 @@ fn move_in(cx: &mut Apply, j: &Journal, id: &NetdevId) -> Result<u32, StepFailur
         }
         Err(e) => return Err(e.into()),
     }
-    hit("add.move")?;
     let pl = find_in_pod(pod_nl, id, None, &vf)?
         .filter(|l| l.name == env.ifname)
         .ok_or_else(|| {
@@ -563,17 +601,19 @@ fn ipam_apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailu
     let Some(ipam) = cx.ipam else { return Ok(()) };
     let (ips, routes) = match ipam {
         Ipam::Builtin(c) => {
-            let a = c
-                .allocate_new(
+            let a = match cx.early_ipam.take() {
+                Some(a) => a,
+                None => c.allocate_new(
                     &conf.name,
                     &env.container_id,
                     &env.ifname,
                     conf.lock_timeout,
-                )
-                .map_err(|e| StepFailure {
-                    error: super::ipam_error(e),
-                    undo_self: false,
-                })?;
+                ),
+            }
+            .map_err(|e| StepFailure {
+                error: super::ipam_error(e),
+                undo_self: false,
+            })?;
             let ips: Vec<IpConfig> = a
                 .ips
                 .iter()
