@@ -691,11 +691,20 @@ fn ipam_apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailu
         }
     };
     hit("add.ipam")?;
-    let pod_nl = cx.pod.nl()?;
-    let index = pod_nl
-        .link_by_name(&env.ifname)?
-        .map(|l| l.index)
-        .ok_or_else(|| CniError::host(format!("{} vanished from the pod", env.ifname)))?;
+    // The pod ifindex the move found (no second lookup), else by name.
+    let moved = j.steps.iter().find_map(|s| match s {
+        Step::MoveNetdev { pod_ifindex, .. } => *pod_ifindex,
+        _ => None,
+    });
+    let index = match moved {
+        Some(index) => index,
+        None => cx
+            .pod
+            .nl()?
+            .link_by_name(&env.ifname)?
+            .map(|l| l.index)
+            .ok_or_else(|| CniError::host(format!("{} vanished from the pod", env.ifname)))?,
+    };
     configure_iface(cx.pod, &env.ifname, index, &ips, &routes)?;
     hit("add.addresses")?;
     cx.out.ips = ips;
