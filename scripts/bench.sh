@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): ADD+DEL cycles of a VF move on an emulated host.
 #
-#   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--json FILE]
+#   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--gap MS] [--json FILE]
 #                    [--samples DIR] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--json FILE]
 #
@@ -31,6 +31,14 @@
 # warm-up cycles, env BENCH_WARMUP) so that load drift hits all rows alike.
 # --json writes the medians as JSON; --samples keeps the raw per-cycle
 # samples (ADD us, DEL us, CPU us) as DIR/<row>.samples.
+#
+# --gap MS (env BENCH_GAP_MS, default 0): before each timed ADD and DEL, an untimed
+# sleep drawn uniformly from [0, MS] ms (same seeded sequence for every row). A netns
+# move waits in rcu_barrier() for an RCU grace period, whole scheduler ticks (4 ms at
+# HZ=250); back to back, each row's move starts a fixed, row-specific time after the
+# previous move's grace period ended, and that phase alone moves a bare `ip` move
+# between ~16 and ~23 ms. Random gaps average the phase out, as ADDs and DELs arriving
+# at unrelated times do; 12 (three ticks) is enough.
 #
 # Targets printed beside the figures: ours' wall no worse than hostdevice's;
 # ours' CPU at most 0.3x hostdevice's. --check makes a missed target (or a
@@ -87,7 +95,12 @@ def path_of(prog):
             return p
     sys.exit("bench: %s not found" % prog)
 
+gap = float(env.get("BENCH_GAP_MS") or 0) / 1000.0
+rng = __import__("random").Random(1)
+
 def run(cmd, cycle):
+    if gap > 0:
+        time.sleep(rng.uniform(0, gap))
     argv, e, stdin = argv_env(cmd, cycle)
     exe = path_of(argv[0])
     fa = [(os.POSIX_SPAWN_OPEN, 0, stdin, os.O_RDONLY, 0),
@@ -125,6 +138,7 @@ usage() { sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//'; }
 rows="ours,hostdevice,floor"
 cycles="${BENCH_CYCLES:-30}"
 warmup="${BENCH_WARMUP:-3}"
+gap_ms="${BENCH_GAP_MS:-0}"
 json_out=""
 samples_dir=""
 check=0
@@ -138,6 +152,8 @@ while (($#)); do
     --cycles=*) cycles="${1#*=}"; shift ;;
     --warmup) warmup="$2"; shift 2 ;;
     --warmup=*) warmup="${1#*=}"; shift ;;
+    --gap) gap_ms="$2"; shift 2 ;;
+    --gap=*) gap_ms="${1#*=}"; shift ;;
     --json) json_out="$2"; shift 2 ;;
     --json=*) json_out="${1#*=}"; shift ;;
     --samples) samples_dir="$2"; shift 2 ;;
@@ -147,7 +163,8 @@ while (($#)); do
     *) echo "bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
-[[ "$cycles" =~ ^[1-9][0-9]*$ && "$warmup" =~ ^[0-9]+$ ]] || { echo "bench: bad --cycles/--warmup" >&2; exit 2; }
+[[ "$cycles" =~ ^[1-9][0-9]*$ && "$warmup" =~ ^[0-9]+$ && "$gap_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    { echo "bench: bad --cycles/--warmup/--gap" >&2; exit 2; }
 want() { [[ ",$rows," == *",$1,"* ]]; }
 for r in ${rows//,/ }; do
     case "$r" in ours | hostdevice | floor) ;; *) echo "bench: unknown row '$r' (ours, hostdevice, floor)" >&2; exit 2 ;; esac
@@ -193,7 +210,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-export BENCH_TMP="$tmp" BENCH_WARMUP="$warmup"
+export BENCH_TMP="$tmp" BENCH_WARMUP="$warmup" BENCH_GAP_MS="$gap_ms"
 add_ns "$pod"
 write_loop_py "$tmp/loop.py"
 
@@ -360,7 +377,7 @@ done
 declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-device + host-local"
     [floor]="kernel floor: 2x ip link netns")
 echo
-echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
+echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each, untimed random gap 0-$gap_ms ms before each call), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
 printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
 for r in ours hostdevice floor; do
     want "$r" || continue
