@@ -842,15 +842,18 @@ pub fn rebind_driver(sysfs: &Sysfs, vf: PciAddress) -> Result<(), CniError> {
 }
 
 /// Waits (bounded by [`NETDEV_WAIT`]) for the VF's netdev to reappear under
-/// `<VF>/net/` after a rebind and returns it (never looked up by its old name: the
-/// rebind may rename it, ib-sriov-cni#217).
+/// `<VF>/net/` after a rebind or an RDMA device move re-created it, and returns it
+/// (never looked up by its old name: the re-created netdev may have another,
+/// ib-sriov-cni#217, and udev may rename it meanwhile).
 pub fn netdev_after_rebind(host: &Host, vf: PciAddress) -> Result<Link, CniError> {
     let name = host.sysfs.wait_for_netdev(vf, NETDEV_WAIT)?;
     let link = listed_in_host(host, vf)?.ok_or_else(|| {
-        CniError::host(format!("netdev {name} of VF {vf} not found after rebind"))
+        CniError::host(format!(
+            "netdev {name} of VF {vf} not found after it was re-created"
+        ))
     })?;
     log::info!(
-        "VF {vf} netdev {} ifindex {} after rebind",
+        "VF {vf} netdev {} ifindex {} (re-created)",
         link.name,
         link.index
     );
