@@ -220,6 +220,16 @@ impl Journal {
             _ => None,
         })
     }
+
+    /// Records `id` as the identity of the netdev the MoveNetdev step moves (a driver
+    /// rebind or an RDMA device move re-created it); nothing when there is no such step.
+    pub fn set_netdev(&mut self, id: NetdevId) {
+        for s in self.steps.iter_mut() {
+            if let Step::MoveNetdev { netdev, .. } = s {
+                *netdev = id.clone();
+            }
+        }
+    }
 }
 
 /// Why a journal could not be used.

@@ -127,6 +127,18 @@ fn driver_of(addr: &str) -> Option<String> {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
 }
 
+/// A link's addresses from `ip -j addr` as sorted `<address>/<prefix length>` strings.
+fn link_addrs(l: &Value) -> Vec<String> {
+    let mut addrs: Vec<String> = l["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
+        .collect();
+    addrs.sort();
+    addrs
+}
+
 /// Everything a failed or completed attachment could have changed on the host, from
 /// iproute2 and sysfs: every link (name, ifindex, MAC, admin up, MTU, addresses, the PF's
 /// VF table) and each VF's netdev names and driver.
@@ -136,13 +148,7 @@ fn host_snapshot() -> Value {
         .unwrap()
         .iter()
         .map(|l| {
-            let mut addrs: Vec<String> = l["addr_info"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
-                .collect();
-            addrs.sort();
+            let addrs = link_addrs(l);
             json!({
                 "ifname": l["ifname"],
                 "ifindex": l["ifindex"],
@@ -402,12 +408,7 @@ fn assert_attached(pod: &Pod, result: &Value, mac: &str) {
     let want = result["ips"][0]["address"]
         .as_str()
         .expect("result has an IP");
-    let have: Vec<String> = l["addr_info"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect();
+    let have = link_addrs(l);
     assert!(
         have.iter().any(|a| a == want),
         "{want} not on {IFNAME}: {have:?}"

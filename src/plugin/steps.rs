@@ -387,15 +387,12 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
                 hit("add.rebind.bound")?;
                 let link = netdev_after_rebind(cx.host, j.vf)?;
                 let rdma_now = cx.host.sysfs.rdma_devices(j.vf).unwrap_or_default();
-                for s in j.steps.iter_mut() {
-                    match s {
-                        Step::MoveNetdev { netdev, .. } => *netdev = netdev_id(&link),
-                        Step::RdmaMove { device } => {
-                            if let Some(now) = rdma_now.first() {
-                                *device = now.clone();
-                            }
+                j.set_netdev(netdev_id(&link));
+                if let Some(now) = rdma_now.first() {
+                    for s in j.steps.iter_mut() {
+                        if let Step::RdmaMove { device } = s {
+                            *device = now.clone();
                         }
-                        _ => {}
                     }
                 }
                 ctx.store.save_nosync(j)?;
@@ -501,10 +498,7 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
 /// without that behaviour) is kept; otherwise the kernel's netdev of the VF is taken
 /// (listed under `<VF>/net/`, waited for up to [`NETDEV_WAIT`]) and recorded.
 fn netdev_after_rdma_move(cx: &Apply, j: &mut Journal) -> Result<(), StepFailure> {
-    let Some(id) = j.steps.iter().find_map(|s| match s {
-        Step::MoveNetdev { netdev, .. } => Some(netdev.clone()),
-        _ => None,
-    }) else {
+    let Some(id) = j.netdev().map(|(id, ..)| id.clone()) else {
         return Ok(());
     };
     let vf = j.vf.to_string();
@@ -524,11 +518,7 @@ fn netdev_after_rdma_move(cx: &Apply, j: &mut Journal) -> Result<(), StepFailure
         format_hwaddr(&link.address),
         id.ifindex
     );
-    for s in j.steps.iter_mut() {
-        if let Step::MoveNetdev { netdev, .. } = s {
-            *netdev = netdev_id(&link);
-        }
-    }
+    j.set_netdev(netdev_id(&link));
     cx.ctx.store.save_nosync(j)?;
     Ok(())
 }

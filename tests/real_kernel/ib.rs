@@ -95,13 +95,7 @@ fn ib_host_view() -> Value {
         .unwrap()
         .iter()
         .map(|l| {
-            let mut addrs: Vec<String> = l["addr_info"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
-                .collect();
-            addrs.sort();
+            let addrs = link_addrs(l);
             let addr = l["address"].as_str().unwrap_or("");
             let gid = if l["link_type"] == "infiniband" {
                 addr.get(12..).unwrap_or("").to_string()
@@ -172,11 +166,7 @@ fn assert_ib_attached(
     assert_eq!(l["mtu"], 2044);
     let want = res["ips"][0]["address"].as_str().expect("an IP");
     assert!(
-        l["addr_info"].as_array().unwrap().iter().any(|a| format!(
-            "{}/{}",
-            a["local"].as_str().unwrap(),
-            a["prefixlen"]
-        ) == want),
+        link_addrs(l).iter().any(|a| a == want),
         "{want} on {ifname}: {l}"
     );
     let iface = res["interfaces"]
