@@ -304,7 +304,6 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         pod: &pod,
         view,
         ipam: ipam.as_ref(),
-        early_ipam: None,
         out: CniOutput::default(),
     };
     let mut begun = 0;
@@ -320,11 +319,6 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             if let Err(f) = r {
                 if !f.undo_self {
                     begun = i;
-                }
-                // The built-in allocation that ran beside the move (`steps::apply`)
-                // and succeeded is undone with it.
-                if matches!(cx.early_ipam, Some(Ok(_))) {
-                    begun = i + 2;
                 }
                 failure = Some(f.error);
                 break;

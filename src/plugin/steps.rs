@@ -21,7 +21,6 @@ use super::{errors::ErrorList, Ctx, Ipam, NETDEV_WAIT};
 use crate::cni::{code, CniError, CniOutput, Command, Interface, IpConfig, Route};
 use crate::config::NetConf;
 use crate::failpoint::hit;
-use crate::ipam::{Allocation, IpamError};
 use crate::journal::{Journal, NetdevId, NsId, Step};
 use crate::netlink::{Link, LinkEvents, Netlink};
 use crate::netns::NetNs;
@@ -321,9 +320,6 @@ pub struct Apply<'a> {
     pub view: PfView<'a>,
     /// The IPAM to allocate from.
     pub ipam: Option<&'a Ipam>,
-    /// The built-in allocation that ran beside the netns move ([`apply`]), waiting for
-    /// its own step (which reports its error, if any).
-    pub early_ipam: Option<Result<Allocation, IpamError>>,
     /// The result being built.
     pub out: CniOutput,
 }
@@ -440,41 +436,11 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
             hit("add.device_info")?;
         }
         Step::MoveNetdev { netdev, .. } => {
-            // The built-in allocation (file work, fsyncs included) runs in a second
-            // thread while this one waits in the kernel's netns move (an rcu_barrier():
-            // several scheduler ticks). Crash-safe in either order: the durable plan
-            // already lists both steps, and the undo of each checks what exists. Joined
-            // before the fail point, so a kill there finds the allocation complete.
-            // Delegated IPAM stays after the move (a dhcp plugin needs the interface).
-            let early = match (j.steps.get(i + 1), cx.ipam) {
-                (Some(Step::Ipam { .. }), Some(Ipam::Builtin(c))) => Some(c),
-                _ => None,
-            };
-            let (conf, env) = (ctx.conf, ctx.env);
-            let (moved, alloc) = std::thread::scope(|s| {
-                let alloc = early.map(|c| {
-                    s.spawn(|| {
-                        c.allocate_new(
-                            &conf.name,
-                            &env.container_id,
-                            &env.ifname,
-                            conf.lock_timeout,
-                        )
-                    })
-                });
-                let moved = move_in(cx, j, &netdev);
-                let alloc =
-                    alloc.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-                (moved, alloc)
-            });
-            if let Some(Ok(a)) = &alloc {
-                // In memory for the rollback (saved with the completion, as below).
-                if let Some(Step::Ipam { ips, .. }) = j.steps.get_mut(i + 1) {
-                    *ips = a.ips.iter().map(|ip| ip.address.ip()).collect();
-                }
-            }
-            cx.early_ipam = alloc;
-            let pod_ifindex = moved?;
+            // The built-in IPAM claim stays after the move, in this thread. Run in a
+            // second thread during the move (ae8a281) it cost 3-4 ms of wall time and
+            // 0.6-1.3 ms of CPU per ADD+DEL cycle in same-run A/B benchmarks on tmpfs,
+            // and was no faster on ext4 (issue 13).
+            let pod_ifindex = move_in(cx, j, &netdev)?;
             hit("add.move")?;
             // Written with the completion (one journal write fewer per ADD: a file
             // creation costs ~1 ms of system time on ext4 here). Lost in a crash, the
@@ -591,19 +557,17 @@ fn ipam_apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailu
     let Some(ipam) = cx.ipam else { return Ok(()) };
     let (ips, routes) = match ipam {
         Ipam::Builtin(c) => {
-            let a = match cx.early_ipam.take() {
-                Some(a) => a,
-                None => c.allocate_new(
+            let a = c
+                .allocate_new(
                     &conf.name,
                     &env.container_id,
                     &env.ifname,
                     conf.lock_timeout,
-                ),
-            }
-            .map_err(|e| StepFailure {
-                error: super::ipam_error(e),
-                undo_self: false,
-            })?;
+                )
+                .map_err(|e| StepFailure {
+                    error: super::ipam_error(e),
+                    undo_self: false,
+                })?;
             let ips: Vec<IpConfig> = a
                 .ips
                 .iter()
