@@ -38,6 +38,9 @@
 //! while DEL waits for it. The kernel would return it under its in-pod name; the plugin
 //! finds a real VF by its parent device, which a veth does not have.
 
+// Without the `failpoints` feature only `soak_needs_the_failpoints_feature` is built.
+#![cfg_attr(not(feature = "failpoints"), allow(dead_code, unused_imports))]
+
 mod common;
 
 use common::emuhost::{vf_netdev, vf_peer, EmuHost, EmuOptions, HostSnapshot, LinkSnapshot, Pod};
