@@ -18,7 +18,8 @@ Rows: "ours" (ib-sriov + ib-sriov-ipam on the emulated host) and "hostdevice"
   concurrent <1|4|16>   that many ADDs started together on as many VFs, then as many
                         DELs; wall of the batch, CPU per ADD+DEL
 Environment: BENCH_TMP, BENCH_CYCLES, BENCH_WARMUP, BENCH_OURS_BIN, BENCH_SYSFS_ROOT,
-BENCH_EMU (emuhost JSON), BENCH_PODNS, BENCH_HD_DEVS (space-separated veth names).
+BENCH_EMU (emuhost JSON), BENCH_PODNS, BENCH_HD_DEVS (space-separated veth names),
+BENCH_GAP_MS (pool, attach and vfindex cycles: bench.sh --gap).
 CPU is user+sys from wait4()'s rusage (children included), to the microsecond.
 """
 import json
@@ -97,10 +98,22 @@ def timed(cmd, cid, ifname, dev, extra=None):
     return (time.perf_counter() - t0) * 1e3, cpu
 
 
+GAP_S = float(env.get("BENCH_GAP_MS") or 0) / 1000.0
+gap_rng = random.Random(1)
+
+
+def gap():
+    """The untimed random sleep of bench.sh --gap before each timed ADD and DEL."""
+    if GAP_S > 0:
+        time.sleep(gap_rng.uniform(0, GAP_S))
+
+
 def cycle_medians(dev):
     walls, cpus = [], []
     for i in range(warmup + cycles):
+        gap()
         aw, ac = timed("ADD", "bench-%d" % i, "net1", dev)
+        gap()
         dw, dc = timed("DEL", "bench-%d" % i, "net1", dev)
         if i >= warmup:
             walls.append(aw + dw)
