@@ -290,6 +290,11 @@ if ((scale)); then
     "$emu_bin" create --prefix "${prefix}e" --vfs 16 --root "$emu_root" >"$tmp/emu.json"
     "$emu_bin" create --prefix "${prefix}f" --vfs 127 --root "$tmp/emu127" >"$tmp/emu127.json"
     trap 'set +e; "$emu_bin" destroy --prefix "${prefix}f" --root "$tmp/emu127" >/dev/null 2>&1; cleanup' EXIT
+    # VF netdevs down in the host, as in the cycle rows above.
+    for ej in "$tmp/emu.json" "$tmp/emu127.json"; do
+        h="$(jq -r .host_netns "$ej")"
+        jq -r '.vfs[].netdev // empty' "$ej" | while read -r n; do ip -n "$h" link set "$n" down; done
+    done
     export BENCH_CYCLES="$cycles"
     hd_devs=()
     for k in $(seq 0 15); do
