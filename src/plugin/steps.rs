@@ -436,10 +436,10 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
             hit("add.device_info")?;
         }
         Step::MoveNetdev { netdev, .. } => {
-            // The built-in IPAM claim stays after the move, in this thread. Run in a
-            // second thread during the move (ae8a281) it cost 3-4 ms of wall time and
-            // 0.6-1.3 ms of CPU per ADD+DEL cycle in same-run A/B benchmarks on tmpfs,
-            // and was no faster on ext4 (issue 13).
+            // The built-in IPAM claim stays after the move, in this thread: claimed
+            // in a second thread while the move waited in the kernel, it cost 3-4 ms
+            // of wall time and 0.6-1.3 ms of CPU more per ADD+DEL cycle in same-run
+            // A/B runs of scripts/bench.sh on tmpfs, and was no faster on ext4.
             let pod_ifindex = move_in(cx, j, &netdev)?;
             hit("add.move")?;
             // Written with the completion (one journal write fewer per ADD: a file
