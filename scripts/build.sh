@@ -18,7 +18,6 @@
 # prints (build.rs); CARGO_BUILD_TARGET overrides the host triple.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
-export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static"
+. scripts/static-flags.sh # sets triple and RUSTFLAGS
 cargo build --release --locked --target "$triple" --bins "$@" >&2
 echo "$PWD/target/$triple/release"

@@ -88,8 +88,7 @@ pass "$("$tmp/image-bin/ib-sriov" --version)"
 
 # 4. The tests that need no fail points, against the image's plugin and entrypoint. The
 # test binaries are the ones scripts/test.sh built (same flags, so no rebuild).
-triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
-export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static"
+. scripts/static-flags.sh # sets triple and RUSTFLAGS
 export IB_SRIOV_BIN="$tmp/image-bin/ib-sriov" THIN_ENTRYPOINT_BIN="$tmp/image-bin/thin_entrypoint"
 ct=(cargo test --target "$triple" --features failpoints)
 "${ct[@]}" --test static_binary

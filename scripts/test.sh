@@ -14,8 +14,7 @@ status=0
 # Static binaries, built the way scripts/build.sh builds the release (glibc static-pie,
 # explicit --target so build scripts and proc-macros stay dynamic): the suites run
 # against a plugin linked exactly like the one shipped (tests/static_binary.rs checks).
-triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
-export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static"
+. scripts/static-flags.sh # sets triple and RUSTFLAGS
 cargo test --target "$triple" --features failpoints --lib --bins --tests "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
