@@ -11,6 +11,9 @@
 //! their names, no pod netns, no rxe device), so they can run in any order except the
 //! RDMA netns-mode round trip, which the lab runs first.
 
+mod common;
+
+use common::emuhost::link_addrs;
 use ib_sriov_cni::netlink::Netlink;
 use ib_sriov_cni::netns::NetNs;
 use ib_sriov_cni::rdma::{errno, NetnsMode, RdmaError, RdmaOps, RdmaSocket};
@@ -125,18 +128,6 @@ fn driver_of(addr: &str) -> Option<String> {
     std::fs::read_link(format!("/sys/bus/pci/devices/{addr}/driver"))
         .ok()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-}
-
-/// A link's addresses from `ip -j addr` as sorted `<address>/<prefix length>` strings.
-fn link_addrs(l: &Value) -> Vec<String> {
-    let mut addrs: Vec<String> = l["addr_info"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
-        .collect();
-    addrs.sort();
-    addrs
 }
 
 /// Everything a failed or completed attachment could have changed on the host, from

@@ -1108,6 +1108,18 @@ pub fn spawn_in_netns(
         .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()))
 }
 
+/// A link's addresses from `ip -j addr` as sorted `<address>/<prefix length>` strings.
+pub fn link_addrs(l: &serde_json::Value) -> Vec<String> {
+    let mut addrs: Vec<String> = l["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
+        .collect();
+    addrs.sort();
+    addrs
+}
+
 /// The links of netns `name` with their addresses (`ip -n <name> -j addr show`).
 pub fn netns_links(name: &str) -> Vec<LinkSnapshot> {
     let v = ip_json(&["-n", name, "-j", "addr", "show"])
@@ -1115,13 +1127,7 @@ pub fn netns_links(name: &str) -> Vec<LinkSnapshot> {
     let mut links: Vec<LinkSnapshot> = v
         .iter()
         .map(|l| {
-            let mut addrs: Vec<String> = l["addr_info"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or("?"), a["prefixlen"]))
-                .collect();
-            addrs.sort();
+            let addrs = link_addrs(l);
             LinkSnapshot {
                 name: l["ifname"].as_str().unwrap_or_default().to_string(),
                 ifindex: l["ifindex"].as_u64().unwrap_or_default() as u32,
