@@ -215,6 +215,16 @@ ours_bin="${IB_SRIOV_BIN:-$repo/target/$triple/release/ib-sriov}"
 emu_made=0
 made_ns=()
 add_ns() { ip netns add "$1" && made_ns+=("$1"); }
+# vf_netdevs_down <emuhost JSON>: every VF netdev of that emulated host down in its host
+# netns, as the other rows' veth is from their first DEL on: `ip link set netns` and
+# host-device's DEL leave it down, while ours restores the state it found. An up netdev
+# would make ours alone take its IPv6 addresses and routes down before every move and
+# bring them back after every DEL.
+vf_netdevs_down() {
+    local h n
+    h="$(jq -r .host_netns "$1")"
+    jq -r '.vfs[].netdev // empty' "$1" | while read -r n; do ip -n "$h" link set "$n" down; done
+}
 cleanup() {
     set +e
     for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
@@ -250,11 +260,7 @@ if want ours; then
         r_dev[ours]="$(jq -r '.vfs[0].netdev' "$tmp/emu.json")"
         r_conf[ours]="$tmp/ours.json"
         r_pod[ours]="$pod_ours"
-        # Down in the host, as the other rows' veth is from their first DEL on: `ip link
-        # set netns` and host-device's DEL leave it down, while ours restores the state
-        # it found. An up netdev would make ours alone take its IPv6 addresses and
-        # routes down before every move and bring them back after every DEL.
-        ip -n "${r_host[ours]}" link set "${r_dev[ours]}" down
+        vf_netdevs_down "$tmp/emu.json"
         add_ns "$pod_ours"
         jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$tmp/ipam-ours" \
             '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
@@ -290,11 +296,8 @@ if ((scale)); then
     "$emu_bin" create --prefix "${prefix}e" --vfs 16 --root "$emu_root" >"$tmp/emu.json"
     "$emu_bin" create --prefix "${prefix}f" --vfs 127 --root "$tmp/emu127" >"$tmp/emu127.json"
     trap 'set +e; "$emu_bin" destroy --prefix "${prefix}f" --root "$tmp/emu127" >/dev/null 2>&1; cleanup' EXIT
-    # VF netdevs down in the host, as in the cycle rows above.
-    for ej in "$tmp/emu.json" "$tmp/emu127.json"; do
-        h="$(jq -r .host_netns "$ej")"
-        jq -r '.vfs[].netdev // empty' "$ej" | while read -r n; do ip -n "$h" link set "$n" down; done
-    done
+    vf_netdevs_down "$tmp/emu.json"
+    vf_netdevs_down "$tmp/emu127.json"
     export BENCH_CYCLES="$cycles"
     hd_devs=()
     for k in $(seq 0 15); do
