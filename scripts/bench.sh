@@ -12,16 +12,29 @@
 # concurrent ADDs; then the targets: ADD+DEL CPU at 99% fill and with 1000
 # other attachments within 1.2x of the empty case, GC of 1000 under 1 s.
 #
-# Rows (ROWS is a comma-separated subset, default all three):
+# Rows (ROWS is a comma-separated subset, default all five):
 #   ours        target/release/ib-sriov with its built-in IPAM (ib-sriov-ipam),
 #               on a host emulated by target/release/examples/emuhost
 #   hostdevice  Debian's containernetworking-plugins host-device + host-local
 #               doing the same move (a veth end stands in for the VF netdev)
 #   floor       the kernel floor: what any CNI plugin's ADD and DEL must have the
-#               kernel do, with iproute2 and no plugin: the move into the pod netns
-#               under CNI_IFNAME (`ip link set DEV netns POD name net1`: IFLA_NET_NS_FD
-#               and IFLA_IFNAME in one RTM_SETLINK, as ours and host-device send it)
-#               and the move back under the host name
+#               kernel do, with iproute2 and no plugin. ADD moves the netdev into the
+#               pod netns under CNI_IFNAME and brings it up, in one RTM_NEWLINK
+#               (`ip link set DEV netns POD name net1 up`: IFLA_NET_NS_FD, IFLA_IFNAME
+#               and IFF_UP; the kernel's do_setlink() moves first, then changes the
+#               flags). DEL takes the link down and moves it back under the host name:
+#               two RTM_NEWLINKs from one `ip -n POD -batch` process, the requests
+#               ours sends. An ADD must leave the interface up: host-device and the Go
+#               ib-sriov-cni call LinkSetUp, and a down interface carries nothing.
+#               Not in the floor: the address (a netlink request from inside the pod
+#               netns, which the ADD's `ip` process in the host netns cannot make), so
+#               the floor is if anything low.
+#   moves       the two moves with the renames, the link left down (`ip link set DEV
+#               netns POD name net1` and back; this was the floor until the link-up
+#               was added): printed for reference. Bringing the link up (carrier on:
+#               IPv4/IPv6 address configuration, multicast joins, and the state that a
+#               later move's rcu_barrier() must see freed) cost the kernel 2.2 and 2.7 ms
+#               per cycle here (means of 360 and 270 cycles of block-interleaved runs).
 #   bare        the two netns moves without the renames (`ip link set DEV netns POD`):
 #               not a floor for a CNI plugin, which must name the interface
 #               CNI_IFNAME (SPEC.md "ADD"); printed for reference (a rename inside
@@ -84,6 +97,11 @@ n, w = int(env["BENCH_CYCLES"]), int(env["BENCH_WARMUP"])
 tmp, dev, pod, podns = env["BENCH_TMP"], env["BENCH_DEV"], env["BENCH_POD"], env["BENCH_PODNS"]
 out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
 base = {k: v for k, v in env.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
+# The floor's DEL, one `ip -batch` process in the pod netns: the link down, then the move
+# back (two RTM_NEWLINKs, as ours sends them; cheaper for the kernel than moving an up link).
+floor_del = os.path.join(tmp, "floor-del.batch")
+with open(floor_del, "w") as f:
+    f.write("link set net1 down\nlink set net1 netns %s name %s\n" % (env["BENCH_HOST"], dev))
 
 def argv_env(cmd, cycle):
     cni = dict(base, CNI_COMMAND=cmd, CNI_CONTAINERID="bench-%d" % cycle, CNI_NETNS=podns,
@@ -93,7 +111,11 @@ def argv_env(cmd, cycle):
         return [env["BENCH_OURS_BIN"]], cni, env["BENCH_CONF"]
     if row == "hostdevice":
         return ["/usr/lib/cni/host-device"], cni, env["BENCH_CONF"]
-    if row == "floor":  # the move and the rename a CNI plugin must do, in one RTM_SETLINK
+    if row == "floor":  # ADD: move, rename and link-up in one RTM_NEWLINK; DEL: down, then move
+        if cmd == "ADD":
+            return ["ip", "link", "set", dev, "netns", pod, "name", "net1", "up"], base, os.devnull
+        return ["ip", "-n", pod, "-batch", floor_del], base, os.devnull
+    if row == "moves":
         if cmd == "ADD":
             return ["ip", "link", "set", dev, "netns", pod, "name", "net1"], base, os.devnull
         return ["ip", "-n", pod, "link", "set", "net1", "netns", env["BENCH_HOST"], "name", dev], base, os.devnull
@@ -150,7 +172,7 @@ PY
 # ---------------------------------------------------------------------------
 usage() { sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//'; }
 
-rows="ours,hostdevice,floor,bare"
+rows="ours,hostdevice,floor,moves,bare"
 cycles="${BENCH_CYCLES:-}"
 warmup="${BENCH_WARMUP:-3}"
 gap_ms="${BENCH_GAP_MS:-12}"
@@ -183,7 +205,7 @@ if [[ -z "$cycles" ]]; then if ((scale)); then cycles=30; else cycles=200; fi; f
     { echo "bench: bad --cycles/--warmup/--gap" >&2; exit 2; }
 want() { [[ ",$rows," == *",$1,"* ]]; }
 for r in ${rows//,/ }; do
-    case "$r" in ours | hostdevice | floor | bare) ;; *) echo "bench: unknown row '$r' (ours, hostdevice, floor, bare)" >&2; exit 2 ;; esac
+    case "$r" in ours | hostdevice | floor | moves | bare) ;; *) echo "bench: unknown row '$r' (ours, hostdevice, floor, moves, bare)" >&2; exit 2 ;; esac
 done
 
 if [[ "$(id -u)" != 0 ]]; then
@@ -272,17 +294,17 @@ if want ours; then
     fi
 fi
 
-if want hostdevice || want floor || want bare; then
+if want hostdevice || want floor || want moves || want bare; then
     add_ns "$host"
     ip -n "$host" link add "$dev" type veth peer name "$peer"
     ip -n "$host" link set "$dev" up
     ip -n "$host" link set "$peer" up
-    for r in hostdevice floor bare; do r_host[$r]="$host" r_dev[$r]="$dev" r_conf[$r]=/dev/null r_pod[$r]="$pod"; done
+    for r in hostdevice floor moves bare; do r_host[$r]="$host" r_dev[$r]="$dev" r_conf[$r]=/dev/null r_pod[$r]="$pod"; done
     r_conf[hostdevice]="$tmp/hostdevice.json"
     jq -n --arg dev "$dev" --arg ipam "$tmp/ipam-hd" \
         '{cniVersion:"1.0.0",name:"bench",type:"host-device",device:$dev,
           ipam:{type:"host-local",subnet:"10.77.0.0/24",dataDir:$ipam}}' >"${r_conf[hostdevice]}"
-    echo "bench: hostdevice/floor/bare: veth $dev in netns $host, pod netns $pod" >&2
+    echo "bench: hostdevice/floor/moves/bare: veth $dev in netns $host, pod netns $pod" >&2
 fi
 
 if ((scale)); then
@@ -331,7 +353,7 @@ if ((scale)); then
         BENCH_PODNS="/var/run/netns/$pod" ip netns exec "$host" "$python" "$tmp/loop.py" floor
     floor_ms=$(awk '{print ($1 + $2) / 1000}' "$tmp/floor.samples" | sort -n | awk '{v[NR]=$1} END {printf "%.2f", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
     echo
-    echo "Scale: medians over $cycles cycles (concurrent: over batches; gc: 3 runs; untimed random gap 0-$gap_ms ms before each timed ADD and DEL of pool, attach, vfindex and the floor), $(nproc) cores, kernel $(uname -r); kernel floor of one ADD+DEL (moves with renames, as the floor row): $floor_ms ms wall"
+    echo "Scale: medians over $cycles cycles (concurrent: over batches; gc: 3 runs; untimed random gap 0-$gap_ms ms before each timed ADD and DEL of pool, attach, vfindex and the floor), $(nproc) cores, kernel $(uname -r); kernel floor of one ADD+DEL (moves with renames and the link-up, as the floor row): $floor_ms ms wall"
     printf '%-18s %14s %14s %14s %14s %8s\n' "what grows" "ours wall ms" "ours CPU ms" "h-d wall ms" "h-d CPU ms" "CPU x"
     jq -rs 'group_by(.scenario + " " + (.level|tostring)) | sort_by(.[0].scenario, .[0].level) | .[] |
         (map(select(.row=="ours"))[0]) as $o | (map(select(.row=="hostdevice"))[0]) as $h |
@@ -373,7 +395,7 @@ rounds="${BENCH_ROUNDS:-10}"
 echo "bench: $cycles cycles per row in $rounds interleaved rounds, $warmup warm-up cycles per round" >&2
 for ((k = 0; k < rounds; k++)); do
     share=$(((cycles * (k + 1)) / rounds - (cycles * k) / rounds))
-    for r in ours hostdevice floor bare; do
+    for r in ours hostdevice floor moves bare; do
         want "$r" && [[ -n "${r_host[$r]-}" ]] || continue
         [[ " ${failed_rows[*]} " != *" $r "* ]] || continue
         if run_row "$r" "$share"; then ran[$r]=1; else failed_rows+=("$r"); unset "ran[$r]"; fi
@@ -388,7 +410,7 @@ median() { # median <column> <file>  (microseconds in, milliseconds out)
     awk -v c="$1" '{print $c}' "$2" | sort -n | awk '{v[NR]=$1} END {
         m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f", m / 1000 }'
 }
-for r in ours hostdevice floor bare; do
+for r in ours hostdevice floor moves bare; do
     [[ -n "${ran[$r]-}" ]] || continue
     f="$tmp/$r.samples"
     awk '{print $1 + $2, $1, $2, $3}' "$f" >"$f.w"
@@ -404,11 +426,12 @@ for r in ours hostdevice floor bare; do
 done
 
 declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-device + host-local"
-    [floor]="kernel floor: 2x ip link netns+name" [bare]="bare moves: 2x ip link netns")
+    [floor]="kernel floor: ip link netns+name+up" [moves]="moves+renames, link down"
+    [bare]="bare moves: 2x ip link netns")
 echo
 echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each, untimed random gap 0-$gap_ms ms before each call), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
 printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
-for r in ours hostdevice floor bare; do
+for r in ours hostdevice floor moves bare; do
     want "$r" || continue
     if [[ -n "${ran[$r]-}" ]]; then
         printf '%-34s %10s %10s %10s %10s %10s\n' "${label[$r]}" "${wall[$r]}" "${wmin[$r]}" "${add[$r]}" "${del[$r]}" "${cpu[$r]}"
@@ -439,9 +462,11 @@ if [[ -n "${ran[ours]-}" && -n "${ran[floor]-}" ]]; then
 else
     echo "target: ours wall <= 1.05 x kernel floor:     n/a (needs rows ours and floor)"
 fi
-if [[ -n "${ran[ours]-}" && -n "${ran[bare]-}" ]]; then
-    printf 'for reference, ours wall / bare moves:        %8sx\n' "$(awk -v a="${wall[ours]}" -v b="${wall[bare]}" 'BEGIN {printf "%.3f", a / b}')"
-fi
+for r in moves bare; do
+    if [[ -n "${ran[ours]-}" && -n "${ran[$r]-}" ]]; then
+        printf 'for reference, ours wall / %-6s            %8sx\n' "$r:" "$(awk -v a="${wall[ours]}" -v b="${wall[$r]}" 'BEGIN {printf "%.3f", a / b}')"
+    fi
+done
 if [[ -n "${ran[floor]-}" ]]; then
     for r in ours hostdevice; do
         [[ -n "${ran[$r]-}" ]] || continue
@@ -452,7 +477,7 @@ fi
 
 if [[ -n "$json_out" ]]; then
     {
-        for r in ours hostdevice floor bare; do
+        for r in ours hostdevice floor moves bare; do
             [[ -n "${ran[$r]-}" ]] || continue
             jq -n --arg row "$r" --argjson wall "${wall[$r]}" --argjson min "${wmin[$r]}" --argjson add "${add[$r]}" \
                 --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" \
