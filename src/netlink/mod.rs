@@ -13,7 +13,8 @@ use crate::netns::{NetNs, NetnsError};
 use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, Prop};
+use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop};
+use netlink_packet_route::AddressFamily;
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use std::fmt;
 use std::net::IpAddr;
@@ -162,7 +163,7 @@ impl Netlink {
     /// The link named `name`, or `None` when the namespace has none.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
         self.get_link(
-            self.handle.link().get().match_name(name.to_string()),
+            self.get_request().match_name(name.to_string()),
             format!("get link {name}"),
         )
     }
@@ -170,9 +171,22 @@ impl Netlink {
     /// The link with ifindex `index`, or `None`.
     pub fn link_by_index(&self, index: u32) -> Result<Option<Link>, NlError> {
         self.get_link(
-            self.handle.link().get().match_index(index),
+            self.get_request().match_index(index),
             format!("get link {index}"),
         )
+    }
+
+    /// An RTM_GETLINK with `IFLA_EXT_MASK = RTEXT_FILTER_SKIP_STATS` (1 << 3,
+    /// include/uapi/linux/rtnetlink.h): the kernel then leaves out `IFLA_STATS`,
+    /// `IFLA_STATS64` and the IPv6 MIBs (net/core/rtnetlink.c `rtnl_fill_ifinfo()`,
+    /// net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), each folded from per-CPU
+    /// counters at every request, which nothing here reads. A kernel older than the
+    /// flag ignores the bit.
+    fn get_request(&self) -> rtnetlink::LinkGetRequest {
+        self.handle
+            .link()
+            .get()
+            .set_filter_mask(AddressFamily::Unspec, vec![LinkExtentMask::SkipStats])
     }
 
     /// One RTM_GETLINK; `ENODEV` means "no such link" and gives `None`.
@@ -197,7 +211,7 @@ impl Netlink {
 
     /// Every link in the namespace.
     pub fn links(&self) -> Result<Vec<Link>, NlError> {
-        let req = self.handle.link().get().execute();
+        let req = self.get_request().execute();
         let msgs: Vec<LinkMessage> = self
             .rt
             .block_on(req.try_collect())
@@ -488,5 +502,29 @@ impl LinkEvents {
             while self.socket.recv(&mut &mut buf[..], 0).is_ok() {}
         }
         woke
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_requests_ask_the_kernel_to_skip_stats_and_are_answered() {
+        let nl = Netlink::open().expect("NETLINK_ROUTE socket");
+        let mut req = nl.get_request();
+        assert!(
+            req.message_mut().attributes.iter().any(
+                |a| matches!(a, LinkAttribute::ExtMask(m) if m.contains(&LinkExtentMask::SkipStats))
+            ),
+            "RTM_GETLINK without RTEXT_FILTER_SKIP_STATS"
+        );
+        // The kernel accepts the mask on the three request shapes used here.
+        let lo = nl.link_by_name("lo").unwrap().expect("lo by name");
+        assert_eq!(
+            nl.link_by_index(lo.index).unwrap().map(|l| l.name),
+            Some("lo".to_string())
+        );
+        assert!(nl.links().unwrap().iter().any(|l| l.index == lo.index));
     }
 }

@@ -50,15 +50,22 @@ pub fn vf_set_message(pf_index: u32, info: VfInfo) -> LinkMessage {
 
 impl Netlink {
     /// The VF table of the PF (`IFLA_VFINFO_LIST` of RTM_GETLINK with
-    /// `IFLA_EXT_MASK = RTEXT_FILTER_VF`). Empty when the PF reports no VFs
-    /// (e.g. a veth on the emulated host).
+    /// `IFLA_EXT_MASK = RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS`). Empty when the PF
+    /// reports no VFs (e.g. a veth on the emulated host). `RTEXT_FILTER_SKIP_STATS`
+    /// leaves out `IFLA_VF_STATS` (net/core/rtnetlink.c `rtnl_fill_vfinfo()`), which the
+    /// kernel otherwise gathers through `ndo_get_vf_stats` for every VF of the PF at
+    /// every request (an IPoIB PF: `ipoib_get_vf_stats()` calls `ib_get_vf_stats()`,
+    /// which mlx5 answers with a firmware query of the VF's vport counters).
     pub fn vf_configs(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
         let mut req = std::pin::pin!(self
             .handle()
             .link()
             .get()
             .match_index(pf_index)
-            .set_filter_mask(AddressFamily::Unspec, vec![LinkExtentMask::Vf])
+            .set_filter_mask(
+                AddressFamily::Unspec,
+                vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats],
+            )
             .execute());
         let msg = self
             .runtime()
