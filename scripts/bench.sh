@@ -10,7 +10,10 @@
 # 0/100/1000 other attachments, GC of 0/100/1000 unlisted attachments (ours
 # only: host-local 1.1.1 has no GC), VF index 0 vs 126 (ours only), 1/4/16
 # concurrent ADDs; then the targets: ADD+DEL CPU at 99% fill and with 1000
-# other attachments within 1.2x of the empty case, GC of 1000 under 1 s.
+# other attachments within 1.2x of the empty case, GC of 1000 under 1 s. The levels
+# of pool, attach and vfindex run in interleaved rounds (BENCH_ROUNDS), each level
+# with its own stores; rows (ours, host-device, the floor) run one after the other,
+# so their ratios are printed for reference: the default mode judges those targets.
 #
 # Rows (ROWS is a comma-separated subset, default all five):
 #   ours        target/release/ib-sriov with its built-in IPAM (ib-sriov-ipam),
@@ -331,9 +334,9 @@ if ((scale)); then
     export BENCH_HD_DEVS="${hd_devs[*]}"
     results="$tmp/scale.jsonl"
     : >"$results"
-    all_sc=("pool 0" "pool 50" "pool 99" "attach 0" "attach 100" "attach 1000"
-        "gc 0" "gc 100" "gc 1000" "vfindex 0" "vfindex 126"
-        "concurrent 1" "concurrent 4" "concurrent 16")
+    # One bench_scale.py run per (scenario, row) with all its levels: the ADD+DEL cycles
+    # of pool, attach and vfindex interleave the levels in rounds (BENCH_ROUNDS).
+    all_sc=("pool 0,50,99" "attach 0,100,1000" "gc 0,100,1000" "vfindex 0,126" "concurrent 1,4,16")
     # BENCH_SCALE_ONLY="pool,gc" keeps those scenarios (the targets then print n/a).
     for sc in "${all_sc[@]}"; do
         set -- $sc
@@ -344,7 +347,7 @@ if ((scale)); then
             out="$(BENCH_EMU="$ej" BENCH_SYSFS_ROOT="$(jq -r .root "$ej")" BENCH_PODNS="/var/run/netns/${r_pod[$r]}" \
                 ip netns exec "$h" "$python" "$repo/scripts/bench_scale.py" "$r" "$1" "$2")" ||
                 { echo "bench: scale $r $1 $2 failed" >&2; exit 1; }
-            jq -c --arg row "$r" --arg sc "$1" --argjson lv "$2" '. + {row:$row, scenario:$sc, level:$lv}' <<<"$out" >>"$results"
+            jq -c --arg row "$r" --arg sc "$1" '. + {row:$row, scenario:$sc}' <<<"$out" >>"$results"
         done
         echo "bench: scale $1 $2 done" >&2
     done
@@ -375,8 +378,11 @@ if ((scale)); then
     printf 'target: CPU at 99%% of a /20 / empty pool          <= 1.20x: %6sx %s\n' "$r1" "$(le "$r1" 1.2)"
     printf 'target: CPU with 1000 other attachments / none    <= 1.20x: %6sx %s\n' "$r2" "$(le "$r2" 1.2)"
     printf 'target: GC of 1000 unlisted attachments          < 1000 ms: %6s ms %s\n' "$gc_ms" "$(le "$gc_ms" 999.99)"
-    printf 'target: CPU per cycle / host-device+host-local    <= 0.30x: %6sx %s\n' "$r3" "$(le "$r3" 0.3)"
-    printf 'target: wall per cycle / kernel floor             <= 1.05x: %6sx %s\n' "$r4" "$(le "$r4" 1.05)"
+    # Rows of different netns and the floor run one after the other here, not in
+    # interleaved rounds: these two ratios are for reference; the default mode (rows
+    # interleaved) judges those targets.
+    printf 'for reference: CPU per cycle / host-device+host-local: %6sx (target <= 0.30x: judged by the default mode)\n' "$r3"
+    printf 'for reference: wall per cycle / kernel floor:          %6sx (target <= 1.05x: judged by the default mode)\n' "$r4"
     if [[ -n "$json_out" ]]; then jq -s '.' "$results" >"$json_out"; fi
     exit 0
 fi

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """Scale benchmark driver for scripts/bench.sh --scale (stdlib only).
 
-Run inside a row's host netns:  python3 bench_scale.py <row> <scenario> <level>
-Prints one JSON object: {"wall_ms": median, "cpu_ms": median, "n": samples} or
-{"skip": "reason"}.
+Run inside a row's host netns:  python3 bench_scale.py <row> <scenario> <level>[,<level>...]
+Prints one JSON object per level: {"level": L, "wall_ms": median, "cpu_ms": median,
+"n": samples} or {"level": L, "skip": "reason"}. The ADD+DEL cycles of pool, attach
+and vfindex run all the given levels in interleaved rounds (env BENCH_ROUNDS, default
+10; each level has its own stateDir and IPAM store), so that the ratios between
+levels do not depend on machine load drifting between them.
 
 Rows: "ours" (ib-sriov + ib-sriov-ipam on the emulated host) and "hostdevice"
 (Debian's host-device + host-local on veths). Scenarios:
@@ -30,16 +33,27 @@ import statistics
 import sys
 import time
 
-row, scenario, level = sys.argv[1], sys.argv[2], int(sys.argv[3])
+row, scenario = sys.argv[1], sys.argv[2]
+levels = [int(x) for x in sys.argv[3].split(",")]
 env = os.environ
 tmp = env["BENCH_TMP"]
 cycles, warmup = int(env["BENCH_CYCLES"]), int(env["BENCH_WARMUP"])
+rounds = min(max(1, int(env.get("BENCH_ROUNDS") or 10)), cycles)
 podns = env["BENCH_PODNS"]
 base = {k: v for k, v in env.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
-work = os.path.join(tmp, "scale-%s-%s-%d" % (row, scenario, level))
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-state, data = os.path.join(work, "state"), os.path.join(work, "ipam")
+work = state = data = level = None
+
+
+def select(lv, fresh=False):
+    """Makes level lv's own work dir (stateDir, IPAM dataDir, files) the current one."""
+    global work, state, data, level
+    level = lv
+    work = os.path.join(tmp, "scale-%s-%s-%d" % (row, scenario, lv))
+    if fresh:
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+    state, data = os.path.join(work, "state"), os.path.join(work, "ipam")
+
 NET = "bench"
 SUBNET_HOSTS = 4093  # 10.80.0.0/20 without network, gateway (.1) and broadcast
 
@@ -108,17 +122,29 @@ def gap():
         time.sleep(gap_rng.uniform(0, GAP_S))
 
 
-def cycle_medians(dev):
-    walls, cpus = [], []
-    for i in range(warmup + cycles):
-        gap()
-        aw, ac = timed("ADD", "bench-%d" % i, "net1", dev)
-        gap()
-        dw, dc = timed("DEL", "bench-%d" % i, "net1", dev)
-        if i >= warmup:
-            walls.append(aw + dw)
-            cpus.append(ac + dc)
-    return statistics.median(walls), statistics.median(cpus), len(walls)
+def interleaved_medians(dev_of):
+    """ADD+DEL cycles of every level in interleaved rounds (as bench.sh's rows): in each
+    round every level runs its warm-up and its share of the cycles in its own work dir,
+    so that drifting machine load hits all levels alike. dev_of(level) is the device."""
+    walls = {lv: [] for lv in levels}
+    cpus = {lv: [] for lv in levels}
+    n = 0
+    for k in range(rounds):
+        share = (cycles * (k + 1)) // rounds - (cycles * k) // rounds
+        for lv in levels:
+            select(lv)
+            for i in range(warmup + share):
+                n += 1
+                gap()
+                aw, ac = timed("ADD", "bench-%d" % n, "net1", dev_of(lv))
+                gap()
+                dw, dc = timed("DEL", "bench-%d" % n, "net1", dev_of(lv))
+                if i >= warmup:
+                    walls[lv].append(aw + dw)
+                    cpus[lv].append(ac + dc)
+    for lv in levels:
+        select(lv)
+        result(statistics.median(walls[lv]), statistics.median(cpus[lv]), len(walls[lv]))
 
 
 def ip_of(k):  # host k of 10.80.0.0/20, k >= 2 (.1 is the gateway)
@@ -180,54 +206,70 @@ def fake_journals(n, unlisted_gc):
 
 
 def result(wall, cpu, n):
-    print(json.dumps({"wall_ms": round(wall, 2), "cpu_ms": round(cpu, 2), "n": n}))
+    print(json.dumps({"level": level, "wall_ms": round(wall, 2), "cpu_ms": round(cpu, 2), "n": n}))
+
+
+def skip(reason):
+    for lv in levels:
+        print(json.dumps({"level": lv, "skip": reason}))
+    sys.exit(0)
 
 
 if scenario == "pool":
-    fill_records(SUBNET_HOSTS * level // 100, "fill")
-    result(*cycle_medians(devices[0]))
+    for lv in levels:
+        select(lv, fresh=True)
+        fill_records(SUBNET_HOSTS * lv // 100, "fill")
+    interleaved_medians(lambda lv: devices[0])
 elif scenario == "attach":
-    if row == "ours":
-        fake_journals(level, False)
-    else:
-        fill_records(level, "other")
-    result(*cycle_medians(devices[0]))
+    for lv in levels:
+        select(lv, fresh=True)
+        if row == "ours":
+            fake_journals(lv, False)
+        else:
+            fill_records(lv, "other")
+    interleaved_medians(lambda lv: devices[0])
 elif scenario == "gc":
     if row != "ours":
-        print(json.dumps({"skip": "host-local 1.1.1 has no GC"}))
-        sys.exit(0)
-    walls, cpus = [], []
-    for r in range(3):
-        shutil.rmtree(state, ignore_errors=True)
-        shutil.rmtree(data, ignore_errors=True)
-        fake_journals(level, True)
-        w, c = timed("GC", "", "", devices[0], {"cni.dev/valid-attachments": []})
-        left = [n for n in os.listdir(state) if n.startswith("other-")] if os.path.isdir(state) else []
-        if left:
-            sys.exit("bench-scale: GC left %d journals" % len(left))
-        walls.append(w)
-        cpus.append(c)
-    result(statistics.median(walls), statistics.median(cpus), len(walls))
+        skip("host-local 1.1.1 has no GC")
+    for lv in levels:
+        select(lv, fresh=True)
+        walls, cpus = [], []
+        for r in range(3):
+            shutil.rmtree(state, ignore_errors=True)
+            shutil.rmtree(data, ignore_errors=True)
+            fake_journals(lv, True)
+            w, c = timed("GC", "", "", devices[0], {"cni.dev/valid-attachments": []})
+            left = [n for n in os.listdir(state) if n.startswith("other-")] if os.path.isdir(state) else []
+            if left:
+                sys.exit("bench-scale: GC left %d journals" % len(left))
+            walls.append(w)
+            cpus.append(c)
+        result(statistics.median(walls), statistics.median(cpus), len(walls))
 elif scenario == "vfindex":
     if row != "ours":
-        print(json.dumps({"skip": "no VF index for host-device"}))
-        sys.exit(0)
-    result(*cycle_medians(devices[level]))
+        skip("no VF index for host-device")
+    for lv in levels:
+        select(lv, fresh=True)
+    interleaved_medians(lambda lv: devices[lv])
 elif scenario == "concurrent":
-    if len(devices) < level:
-        sys.exit("bench-scale: %d devices for %d concurrent ADDs" % (len(devices), level))
-    walls, cpus = [], []
-    rounds = max(3, cycles // 4)
-    for r in range(1 + rounds):
-        t0 = time.perf_counter()
-        procs = [spawn("ADD", "conc-%d-%d" % (r, k), "net%d" % (k + 1), devices[k]) for k in range(level)]
-        cpu = sum(reap(p, o, "ADD") for p, o in procs)
-        procs = [spawn("DEL", "conc-%d-%d" % (r, k), "net%d" % (k + 1), devices[k]) for k in range(level)]
-        cpu += sum(reap(p, o, "DEL") for p, o in procs)
-        if r >= 1:
-            walls.append((time.perf_counter() - t0) * 1e3)
-            cpus.append(cpu / level)
-    result(statistics.median(walls), statistics.median(cpus), len(walls))
+    for lv in levels:
+        select(lv, fresh=True)
+        if len(devices) < lv:
+            sys.exit("bench-scale: %d devices for %d concurrent ADDs" % (len(devices), lv))
+        walls, cpus = [], []
+        batches = max(3, cycles // 4)
+        for r in range(1 + batches):
+            t0 = time.perf_counter()
+            procs = [spawn("ADD", "conc-%d-%d" % (r, k), "net%d" % (k + 1), devices[k]) for k in range(lv)]
+            cpu = sum(reap(p, o, "ADD") for p, o in procs)
+            procs = [spawn("DEL", "conc-%d-%d" % (r, k), "net%d" % (k + 1), devices[k]) for k in range(lv)]
+            cpu += sum(reap(p, o, "DEL") for p, o in procs)
+            if r >= 1:
+                walls.append((time.perf_counter() - t0) * 1e3)
+                cpus.append(cpu / lv)
+        result(statistics.median(walls), statistics.median(cpus), len(walls))
 else:
     sys.exit("bench-scale: unknown scenario " + scenario)
-shutil.rmtree(work, ignore_errors=True)
+for lv in levels:
+    select(lv)
+    shutil.rmtree(work, ignore_errors=True)
