@@ -177,11 +177,11 @@ impl Netlink {
     }
 
     /// An RTM_GETLINK with `IFLA_EXT_MASK = RTEXT_FILTER_SKIP_STATS` (1 << 3,
-    /// include/uapi/linux/rtnetlink.h): the kernel then leaves out `IFLA_STATS`,
-    /// `IFLA_STATS64` and the IPv6 MIBs (net/core/rtnetlink.c `rtnl_fill_ifinfo()`,
-    /// net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), each folded from per-CPU
-    /// counters at every request, which nothing here reads. A kernel older than the
-    /// flag ignores the bit.
+    /// include/uapi/linux/rtnetlink.h): the kernel then leaves out the IPv6 MIB counters
+    /// of `IFLA_AF_SPEC` (net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), which it folds
+    /// from per-CPU counters at every request and nothing here reads (on 6.18, 368 of the
+    /// 1468 bytes of `lo`'s answer; `IFLA_STATS`/`IFLA_STATS64` are still sent). A
+    /// kernel that predates the flag ignores the bit.
     fn get_request(&self) -> rtnetlink::LinkGetRequest {
         self.handle
             .link()
