@@ -211,7 +211,7 @@ impl DiskStore {
     /// [`DiskStore::remove_stale_temp_files`] removes.
     /// Cost: one failed link per held candidate met, not one read per record. The temp
     /// name is removed in every case. Under the exclusive lock (one writer at a time);
-    /// the caller fsyncs the directory.
+    /// the directory is not fsynced ([`super::IpamConfig::allocate_new`] says why).
     ///
     /// Returns the reserved address with the candidate's tag, `None` when every
     /// candidate is held. Errors: [`IpamError::Io`] naming the path.
