@@ -163,7 +163,7 @@ impl Netlink {
     /// The link named `name`, or `None` when the namespace has none.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
         self.get_link(
-            self.get_request().match_name(name.to_string()),
+            self.get_request(&[]).match_name(name.to_string()),
             format!("get link {name}"),
         )
     }
@@ -171,7 +171,7 @@ impl Netlink {
     /// The link with ifindex `index`, or `None`.
     pub fn link_by_index(&self, index: u32) -> Result<Option<Link>, NlError> {
         self.get_link(
-            self.get_request().match_index(index),
+            self.get_request(&[]).match_index(index),
             format!("get link {index}"),
         )
     }
@@ -181,12 +181,15 @@ impl Netlink {
     /// of `IFLA_AF_SPEC` (net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), which it folds
     /// from per-CPU counters at every request and nothing here reads (on 6.18, 368 of the
     /// 1468 bytes of `lo`'s answer; `IFLA_STATS`/`IFLA_STATS64` are still sent). A
-    /// kernel that predates the flag ignores the bit.
-    fn get_request(&self) -> rtnetlink::LinkGetRequest {
+    /// kernel that predates the flag ignores the bit. `extra`: further filter flags
+    /// (`RTEXT_FILTER_VF` for a PF's VF table), sent in the same `IFLA_EXT_MASK`.
+    fn get_request(&self, extra: &[LinkExtentMask]) -> rtnetlink::LinkGetRequest {
+        let mut mask = vec![LinkExtentMask::SkipStats];
+        mask.extend_from_slice(extra);
         self.handle
             .link()
             .get()
-            .set_filter_mask(AddressFamily::Unspec, vec![LinkExtentMask::SkipStats])
+            .set_filter_mask(AddressFamily::Unspec, mask)
     }
 
     /// One RTM_GETLINK; `ENODEV` means "no such link" and gives `None`.
@@ -211,7 +214,7 @@ impl Netlink {
 
     /// Every link in the namespace.
     pub fn links(&self) -> Result<Vec<Link>, NlError> {
-        let req = self.get_request().execute();
+        let req = self.get_request(&[]).execute();
         let msgs: Vec<LinkMessage> = self
             .rt
             .block_on(req.try_collect())
@@ -447,10 +450,6 @@ impl Netlink {
         })
     }
 
-    pub(crate) fn handle(&self) -> &Handle {
-        &self.handle
-    }
-
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.rt
     }
@@ -512,7 +511,7 @@ mod tests {
     #[test]
     fn link_requests_ask_the_kernel_to_skip_stats_and_are_answered() {
         let nl = Netlink::open().expect("NETLINK_ROUTE socket");
-        let mut req = nl.get_request();
+        let mut req = nl.get_request(&[]);
         assert!(
             req.message_mut().attributes.iter().any(
                 |a| matches!(a, LinkAttribute::ExtMask(m) if m.contains(&LinkExtentMask::SkipStats))

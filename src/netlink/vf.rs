@@ -14,7 +14,6 @@ use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState,
     VfLinkState,
 };
-use netlink_packet_route::AddressFamily;
 
 /// Which IB GUID of a VF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,14 +57,8 @@ impl Netlink {
     /// which mlx5 answers with a firmware query of the VF's vport counters).
     pub fn vf_configs(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
         let mut req = std::pin::pin!(self
-            .handle()
-            .link()
-            .get()
+            .get_request(&[LinkExtentMask::Vf])
             .match_index(pf_index)
-            .set_filter_mask(
-                AddressFamily::Unspec,
-                vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats],
-            )
             .execute());
         let msg = self
             .runtime()
