@@ -363,7 +363,8 @@ impl JournalStore {
         .map_err(self.io(&path))
     }
 
-    /// Loads the journal of (containerID, ifname); `Ok(None)` when there is none.
+    /// Loads the journal of (containerID, ifname); `Ok(None)` when there is none, or when
+    /// the file is empty (a plan a machine crash cut short, [`crate::fsutil::is_unwritten`]).
     /// The file is opened without following a symlink, must be a regular file, is read
     /// up to [`MAX_JOURNAL_BYTES`], and must name this very attachment.
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Journal>, JournalError> {
@@ -410,6 +411,16 @@ impl JournalStore {
                 p.to_path_buf(),
                 format!("larger than {MAX_JOURNAL_BYTES} bytes"),
             ));
+        }
+        if crate::fsutil::is_unwritten(&b) {
+            // A plan whose first durable write a machine crash cut short (the name was
+            // renamed into place before the fsync, see `atomic_write`): the host changes
+            // it describes start only after that write returned, so none was made.
+            log::warn!(
+                "{} is empty: its plan never reached the disk (machine crash); treated as absent",
+                p.display()
+            );
+            return Ok(None);
         }
         let j: Journal = serde_json::from_slice(&b)
             .map_err(|e| JournalError::Unreadable(p.to_path_buf(), e.to_string()))?;
@@ -663,6 +674,27 @@ mod tests {
         assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
         s.save(&sample("c1", "0000:af:00.4")).unwrap();
         assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
+    }
+
+    /// The state a machine crash leaves when it comes between the rename and the fsync
+    /// of a plan's first write (`atomic_write`): an empty file under the journal's name.
+    /// It reads as no journal everywhere (load, list, holder) and the next save
+    /// replaces it.
+    #[test]
+    fn an_empty_journal_is_a_plan_that_never_reached_the_disk() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        let vf = "0000:af:00.2".parse().unwrap();
+        s.set_holder(vf, "c1", "net1").unwrap();
+        std::fs::write(s.path("c1", "net1"), b"").unwrap();
+        assert!(s.load("c1", "net1").unwrap().is_none());
+        assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
+        let (ok, bad) = s.list().unwrap();
+        assert!(ok.is_empty() && bad.is_empty(), "{ok:?} {bad:?}");
+        let j = sample("c1", "0000:af:00.2");
+        s.save(&j).unwrap();
+        assert_eq!(s.load("c1", "net1").unwrap(), Some(j));
+        assert!(s.remove("c1", "net1").unwrap());
     }
 
     #[test]
