@@ -25,7 +25,9 @@
 #           the host)
 #   image   scripts/image.sh and the image test: buildah, podman, runc (crun, podman's
 #           default, fails on these machines' cgroup hybrid mode), fuse-overlayfs
-#   bench   scripts/bench.sh: iproute2, containernetworking-plugins, python3
+#   bench   scripts/bench.sh: iproute2, containernetworking-plugins, python3, and for its
+#           default store (a journaled ext4 on a loop device) mount (losetup), e2fsprogs
+#           (mkfs.ext4) and util-linux (findmnt)
 #
 # Without root it installs nothing: it names the missing packages and exits 1.
 # IB_SRIOV_NO_APT=1 forbids apt-get (same message, exit 1).
@@ -41,7 +43,7 @@ packages() {
     test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils" ;;
     lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
-    bench) echo "-:iproute2 -:containernetworking-plugins -:python3" ;;
+    bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux" ;;
     *)
         echo "deps.sh: unknown group '$1' (demo, test, lab, image, bench)" >&2
         exit 2

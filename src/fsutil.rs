@@ -187,9 +187,9 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
 }
 
 /// True for a file [`atomic_write`] had renamed into place (a new name) when a machine
-/// crash came before its fsync returned: empty (the name committed, the data not). No
-/// successful [`atomic_write`] or [`replace_nosync`] leaves an empty file, so such a file
-/// stands for "never written".
+/// crash came before its fsync returned: empty (the name committed, the data not). For
+/// content that is never empty (a journal's JSON), no successful [`atomic_write`] or
+/// [`replace_nosync`] leaves an empty file, so such a file stands for "never written".
 pub fn is_unwritten(content: &[u8]) -> bool {
     content.is_empty()
 }
