@@ -90,7 +90,8 @@
 # 5.9 ms on tmpfs.
 #
 # Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
-# iproute2, jq, containernetworking-plugins, python3). Row "ours" builds the
+# iproute2, jq, containernetworking-plugins, python3, and mount, e2fsprogs and
+# util-linux for losetup, mkfs.ext4 and findmnt). Row "ours" builds the
 # static release plugin (scripts/build.sh) and the emuhost example first (skipped with
 # BENCH_SKIP_BUILD=1; IB_SRIOV_BIN and EMUHOST_BIN override the two paths).
 set -euo pipefail
@@ -267,9 +268,6 @@ store_cleanup() {
 case "$store" in
 tmpfs) store_dir=/dev/shm ;;
 loop-ext4)
-    for t in losetup mkfs.ext4 findmnt; do
-        command -v "$t" >/dev/null || { echo "bench: --store loop-ext4 needs $t (or use --store tmpfs|DIR)" >&2; exit 1; }
-    done
     trap store_cleanup EXIT
     loop_img="$(mktemp /var/tmp/ib-sriov-bench-ext4.XXXXXX)"
     fallocate -l 1G "$loop_img"
