@@ -72,13 +72,15 @@
 # failed rows.
 #
 # --store STORE (env BENCH_STORE) says where the stateDir and IPAM stores of every row
-# live. Default `loop-ext4`: a journaled ext4 (mkfs.ext4 defaults, what a node's
+# live (only those: the emulated sysfs tree and the plugins' stdin/stdout/stderr files
+# stay in a work dir on tmpfs, /dev/shm, as sysfs and the runtime's pipes are in
+# memory). Default `loop-ext4`: a journaled ext4 (mkfs.ext4 defaults, what a node's
 # /var/lib/cni usually sits on) made for the run on a loop device (direct I/O) over a
 # 1 GiB file in /var/tmp, removed after. Or `tmpfs` (/dev/shm), or a directory (also
-# env BENCH_TMPDIR). The store decides what the durable writes cost: ours fsyncs 3
-# times per ADD+DEL (the plan, the IPAM record, the release: one journal commit each,
-# 1.3-1.4 ms here on loop-ext4), host-local never, and the floor has no store, so on
-# a disk the wall-versus-floor ratio includes the disk's flush latency. The report
+# env BENCH_TMPDIR). The store decides what the durable write costs: ours fsyncs once
+# per ADD+DEL (the plan: one journal commit, 1.4-2 ms of wall here on loop-ext4),
+# host-local never, and the floor has no store, so on a disk the wall-versus-floor
+# ratio includes the disk's flush latency. The report
 # names the store's filesystem, device, mount options and, for ext4, whether it has a
 # journal. Not the default: this lab VM's / (so /tmp), an ext4 WITHOUT a journal,
 # mounted `discard`, where every fsync writes the inode and its directory
@@ -86,8 +88,8 @@
 # allocation skips the inodes deleted in the last 5-10 s (ext4's find_inode_bit() does
 # that only without a journal): after --scale's fixtures deleted thousands of files,
 # that scan was 25% of ours' CPU per ADD+DEL. Measured here in one interleaved run
-# (108 cycles each), ours' CPU per cycle was 7.1 ms on /tmp, 6.8 ms on loop-ext4 and
-# 5.9 ms on tmpfs.
+# (108 cycles each, the emulated sysfs tree then on the store too), ours' CPU per cycle
+# was 7.1 ms on /tmp, 6.8 ms on loop-ext4 and 5.9 ms on tmpfs.
 #
 # Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
 # iproute2, jq, containernetworking-plugins, python3, and mount, e2fsprogs and
@@ -291,7 +293,14 @@ store_desc() {
     fi
     echo "$1 on $fs $src$j ($opts)"
 }
-tmp="$(mktemp -d "$store_dir/ib-sriov-bench.XXXXXX")"
+# Only the stateDir and the IPAM dataDirs live on the store ($sdir). Everything else
+# (the emulated sysfs tree, the plugins' stdin/stdout/stderr files, the harness' own
+# files) is in a work dir on tmpfs ($tmp): those stand in for sysfs and for the
+# runtime's pipes, which never touch a disk, and on a disk store a file truncated and
+# rewritten at every spawn would charge the store's cost to the plugin's exit.
+[[ -d /dev/shm ]] || { echo "bench: needs /dev/shm (tmpfs) for its work dir" >&2; exit 1; }
+tmp="$(mktemp -d /dev/shm/ib-sriov-bench-work.XXXXXX)"
+sdir="$(mktemp -d "$store_dir/ib-sriov-bench.XXXXXX")"
 prefix="bn$(($$ % 100000))"
 host="$prefix-host"
 pod="$prefix-pod"
@@ -321,13 +330,13 @@ cleanup() {
     if ((emu_made)); then
         "$emu_bin" destroy --prefix "${prefix}e" --root "$emu_root" >/dev/null 2>&1
     fi
-    rm -rf "$tmp"
+    rm -rf "$tmp" "$sdir"
     store_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-export BENCH_TMP="$tmp" BENCH_WARMUP="$warmup" BENCH_GAP_MS="$gap_ms"
+export BENCH_TMP="$tmp" BENCH_STORE_DIR="$sdir" BENCH_WARMUP="$warmup" BENCH_GAP_MS="$gap_ms"
 add_ns "$pod"
 write_loop_py "$tmp/loop.py"
 
@@ -353,7 +362,7 @@ if want ours; then
         r_pod[ours]="$pod_ours"
         vf_netdevs_down "$tmp/emu.json"
         add_ns "$pod_ours"
-        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$tmp/ipam-ours" \
+        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$sdir/state" --arg ipam "$sdir/ipam-ours" \
             '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
               ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}' >"${r_conf[ours]}"
         echo "bench: ours: VF $(jq -r '.vfs[0].addr' "$tmp/emu.json"), netdev ${r_dev[ours]} in netns ${r_host[ours]}" >&2
@@ -370,7 +379,7 @@ if want hostdevice || want floor || want moves || want bare; then
     ip -n "$host" link set "$peer" up
     for r in hostdevice floor moves bare; do r_host[$r]="$host" r_dev[$r]="$dev" r_conf[$r]=/dev/null r_pod[$r]="$pod"; done
     r_conf[hostdevice]="$tmp/hostdevice.json"
-    jq -n --arg dev "$dev" --arg ipam "$tmp/ipam-hd" \
+    jq -n --arg dev "$dev" --arg ipam "$sdir/ipam-hd" \
         '{cniVersion:"1.0.0",name:"bench",type:"host-device",device:$dev,
           ipam:{type:"host-local",subnet:"10.77.0.0/24",dataDir:$ipam}}' >"${r_conf[hostdevice]}"
     echo "bench: hostdevice/floor/moves/bare: veth $dev in netns $host, pod netns $pod" >&2

@@ -20,9 +20,10 @@ Rows: "ours" (ib-sriov + ib-sriov-ipam on the emulated host) and "hostdevice"
   vfindex <0|126>       ADD+DEL of VF 0 or VF 126 (ours only)
   concurrent <1|4|16>   that many ADDs started together on as many VFs, then as many
                         DELs; wall of the batch, CPU per ADD+DEL
-Environment: BENCH_TMP, BENCH_CYCLES, BENCH_WARMUP, BENCH_OURS_BIN, BENCH_SYSFS_ROOT,
-BENCH_EMU (emuhost JSON), BENCH_PODNS, BENCH_HD_DEVS (space-separated veth names),
-BENCH_GAP_MS (pool, attach and vfindex cycles: bench.sh --gap).
+Environment: BENCH_TMP (work dir, tmpfs), BENCH_STORE_DIR (stateDirs and IPAM
+dataDirs), BENCH_CYCLES, BENCH_WARMUP, BENCH_OURS_BIN, BENCH_SYSFS_ROOT, BENCH_EMU
+(emuhost JSON), BENCH_PODNS, BENCH_HD_DEVS (space-separated veth names), BENCH_GAP_MS
+(pool, attach and vfindex cycles: bench.sh --gap).
 CPU is user+sys from wait4()'s rusage (children included), to the microsecond.
 """
 import json
@@ -37,6 +38,7 @@ row, scenario = sys.argv[1], sys.argv[2]
 levels = [int(x) for x in sys.argv[3].split(",")]
 env = os.environ
 tmp = env["BENCH_TMP"]
+store = env["BENCH_STORE_DIR"]
 cycles, warmup = int(env["BENCH_CYCLES"]), int(env["BENCH_WARMUP"])
 rounds = min(max(1, int(env.get("BENCH_ROUNDS") or 10)), cycles)
 podns = env["BENCH_PODNS"]
@@ -45,14 +47,18 @@ work = state = data = level = None
 
 
 def select(lv, fresh=False):
-    """Makes level lv's own work dir (stateDir, IPAM dataDir, files) the current one."""
+    """Makes level lv's own dirs the current ones: its stateDir and IPAM dataDir on the
+    store (BENCH_STORE_DIR), its work dir (the plugins' stdin/stdout/stderr files) on
+    BENCH_TMP, a tmpfs: they stand in for the runtime's pipes."""
     global work, state, data, level
     level = lv
-    work = os.path.join(tmp, "scale-%s-%s-%d" % (row, scenario, lv))
+    name = "scale-%s-%s-%d" % (row, scenario, lv)
+    work, stored = os.path.join(tmp, name), os.path.join(store, name)
     if fresh:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    state, data = os.path.join(work, "state"), os.path.join(work, "ipam")
+        for d in (work, stored):
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+    state, data = os.path.join(stored, "state"), os.path.join(stored, "ipam")
 
 NET = "bench"
 SUBNET_HOSTS = 4093  # 10.80.0.0/20 without network, gateway (.1) and broadcast
@@ -273,3 +279,4 @@ else:
 for lv in levels:
     select(lv)
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(os.path.dirname(state), ignore_errors=True)

@@ -6,8 +6,9 @@
 //! <dataDir>/<network>/lock             flock'ed lock file (see lock.rs)
 //! <dataDir>/<network>/<ip>             one per allocated address, mode 0600, content
 //!                                      "<containerID>\r\n<ifname>" (no final newline);
-//!                                      created exclusively by link(2) from a written and
-//!                                      fsync'd temp file `.reserve.<ip>.<pid>`
+//!                                      created exclusively by link(2) from a written
+//!                                      temp file `.reserve.<pid>`; after a machine crash
+//!                                      possibly empty: a remnant, see [`Record::is_remnant`]
 //! <dataDir>/<network>/last_reserved_ip.<rangeset index>
 //!                                      content "<ip>" (no newline), mode 0600
 //! ```
@@ -34,7 +35,7 @@ use std::time::Duration;
 use super::error::IpamError;
 use super::lock::{FileLock, LockMode};
 use super::range::canonical_ip;
-use crate::fsutil::{fsync_dir, is_not_regular, read_regular_bounded};
+use crate::fsutil::{is_not_regular, read_regular_bounded};
 
 /// host-local's default `dataDir` (backend.go `defaultDataDir`).
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
@@ -82,6 +83,41 @@ impl Record {
     pub fn matches_legacy(&self, container_id: &str) -> bool {
         self.content == container_id.trim()
     }
+
+    /// True for a remnant: a record naming nobody (empty, or only whitespace and NUL
+    /// bytes). See [`is_remnant`].
+    pub fn is_remnant(&self) -> bool {
+        is_remnant(self.content.as_bytes())
+    }
+}
+
+/// True when the bytes of a per-IP file name nobody: empty, or only whitespace and NUL
+/// bytes. Read under the network's lock, such a record is a remnant of a crash between
+/// its name and its content reaching the disk, never an allocation in use: every
+/// writer (ours, and host-local's `Reserve`: `O_EXCL` create, write, close) puts the
+/// content in before it lets the lock go, so only a machine crash (the name committed
+/// by the filesystem's journal, the data not yet written back: ext4 delayed
+/// allocation, Documentation/admin-guide/ext4.rst; XFS may leave NUL bytes) or a
+/// writer killed between its create and its write (host-local) leaves one. Its claimer
+/// either died with the machine (every netns and pod on the node went with it) or
+/// never answered ADD with a result, so no pod uses the address, and no DEL can release
+/// it (DEL matches the content). [`super::IpamConfig::release`],
+/// [`super::IpamConfig::release_known`] and GC therefore free remnants.
+pub fn is_remnant(content: &[u8]) -> bool {
+    content.iter().all(|b| *b == 0 || b.is_ascii_whitespace())
+}
+
+/// Who the per-IP file of an address names, as [`DiskStore::holder_of`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// No file: the address is free.
+    Absent,
+    /// A remnant naming nobody ([`is_remnant`]).
+    Remnant,
+    /// Exactly the attachment asked about (host-local's exact match).
+    This,
+    /// Someone else (another attachment, or a legacy container-ID-only file).
+    Other,
 }
 
 /// The exact bytes host-local writes into a per-IP file:
@@ -202,16 +238,17 @@ impl DiskStore {
     /// host-local `Store.Reserve` over a list of candidates: reserves the first free
     /// address among `candidates` for (container_id, ifname), as `<dir>/<ip>` with
     /// content `record_content(id, ifname)`, mode 0600, without listing the store. The
-    /// record is written once to a temp file (`.reserve.<pid>`, data fsync'd: a name
-    /// must never appear before its content is durable; host-local's create-then-write
-    /// leaves an empty `<ip>` when killed in between, an address no DEL ever releases),
-    /// then hard-linked to `<ip>` for each candidate in turn until link(2) succeeds;
-    /// EEXIST (like O_EXCL) means the address is held, by us or by host-local, and the
-    /// next one is tried. A kill leaves at most the temp file, which
-    /// [`DiskStore::remove_stale_temp_files`] removes.
+    /// record is written once to a temp file (`.reserve.<pid>`), then hard-linked to
+    /// `<ip>` for each candidate in turn until link(2) succeeds; EEXIST (like O_EXCL)
+    /// means the address is held, by us or by host-local, and the next one is tried. So
+    /// no process ever sees `<ip>` without its content (host-local's create-then-write
+    /// leaves an empty `<ip>` when killed in between), and a kill leaves at most the
+    /// temp file, which [`DiskStore::remove_stale_temp_files`] removes.
+    /// Neither the file nor the directory is fsynced ([`super::IpamConfig::allocate_new`]
+    /// says why): a machine crash may leave the name without its content, a remnant
+    /// ([`is_remnant`]) that release and GC free.
     /// Cost: one failed link per held candidate met, not one read per record. The temp
-    /// name is removed in every case. Under the exclusive lock (one writer at a time);
-    /// the directory is not fsynced ([`super::IpamConfig::allocate_new`] says why).
+    /// name is removed in every case. Under the exclusive lock (one writer at a time).
     ///
     /// Returns the reserved address with the candidate's tag, `None` when every
     /// candidate is held. Errors: [`IpamError::Io`] naming the path.
@@ -231,9 +268,7 @@ impl DiskStore {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| IpamError::io("cannot create", &tmp, &e))?;
-        let written = f
-            .write_all(record_content(container_id, ifname).as_bytes())
-            .and_then(|()| f.sync_all());
+        let written = f.write_all(record_content(container_id, ifname).as_bytes());
         drop(f);
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
@@ -258,19 +293,28 @@ impl DiskStore {
         out
     }
 
-    /// True when the record of `ip` is held by exactly (container_id, ifname) (host-local's
-    /// exact match on the trimmed content); `Ok(false)` when the file is absent or names
-    /// someone else. Opened without following symlinks, bounded.
+    /// Who the record of `ip` names: [`Holder::This`] for exactly (container_id, ifname)
+    /// (host-local's exact match on the trimmed content), [`Holder::Remnant`] for a file
+    /// naming nobody ([`is_remnant`]), [`Holder::Other`] for anyone else,
+    /// [`Holder::Absent`] when there is no file. Opened without following symlinks,
+    /// bounded.
     ///
-    /// Errors: [`IpamError::Io`] for a file that is not a regular file.
-    pub fn held_by(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, IpamError> {
+    /// Errors: [`IpamError::Io`] for a file that is not a regular file, or unreadable.
+    pub fn holder_of(
+        &self,
+        ip: IpAddr,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Holder, IpamError> {
         let path = self.ip_path(ip);
         match read_regular_bounded(&path, MAX_FILE_LEN) {
+            Ok(b) if is_remnant(&b) => Ok(Holder::Remnant),
             Ok(b) => {
-                Ok(String::from_utf8_lossy(&b).trim()
-                    == record_content(container_id, ifname).trim())
+                let this = String::from_utf8_lossy(&b).trim()
+                    == record_content(container_id, ifname).trim();
+                Ok(if this { Holder::This } else { Holder::Other })
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Holder::Absent),
             Err(e) if is_not_regular(&e) => Err(IpamError::io("refusing", &path, &e)),
             Err(e) => Err(IpamError::io("cannot read", &path, &e)),
         }
@@ -369,12 +413,6 @@ impl DiskStore {
             Ok(())
         };
         write().map_err(|e| IpamError::io("cannot write", &path, &e))
-    }
-
-    /// fsync the network directory so created, renamed and removed entries
-    /// are durable.
-    pub fn sync_dir(&self) -> Result<(), IpamError> {
-        fsync_dir(&self.dir).map_err(|e| IpamError::io("cannot fsync directory", &self.dir, &e))
     }
 }
 
@@ -522,12 +560,42 @@ mod tests {
     }
 
     #[test]
+    fn holder_of_tells_this_other_remnant_and_absent() {
+        let (_d, s) = store();
+        assert!(reserve(&s, ip("10.0.0.2"), "c", "net1"));
+        assert_eq!(
+            s.holder_of(ip("10.0.0.2"), "c", "net1").unwrap(),
+            Holder::This
+        );
+        assert_eq!(
+            s.holder_of(ip("10.0.0.2"), "c", "net2").unwrap(),
+            Holder::Other
+        );
+        assert_eq!(
+            s.holder_of(ip("10.0.0.3"), "c", "net1").unwrap(),
+            Holder::Absent
+        );
+        for bytes in [&b""[..], b"\n", b"\0\0 \r\n"] {
+            fs::write(s.dir().join("10.0.0.4"), bytes).unwrap();
+            assert_eq!(
+                s.holder_of(ip("10.0.0.4"), "c", "net1").unwrap(),
+                Holder::Remnant
+            );
+        }
+        fs::write(s.dir().join("10.0.0.4"), "c").unwrap();
+        assert_eq!(
+            s.holder_of(ip("10.0.0.4"), "c", "net1").unwrap(),
+            Holder::Other
+        );
+        assert!(s.scan().unwrap().iter().filter(|r| r.is_remnant()).count() == 0);
+    }
+
+    #[test]
     fn remove_is_idempotent() {
         let (_d, s) = store();
         assert!(reserve(&s, ip("10.0.0.2"), "c", "e"));
         assert!(s.remove(ip("10.0.0.2")).unwrap());
         assert!(!s.remove(ip("10.0.0.2")).unwrap());
-        s.sync_dir().unwrap();
     }
 
     #[test]
