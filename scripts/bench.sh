@@ -76,20 +76,22 @@
 # stay in a work dir on tmpfs, /dev/shm, as sysfs and the runtime's pipes are in
 # memory). Default `loop-ext4`: a journaled ext4 (mkfs.ext4 defaults, what a node's
 # /var/lib/cni usually sits on) made for the run on a loop device (direct I/O) over a
-# 1 GiB file in /var/tmp, removed after. Or `tmpfs` (/dev/shm), or a directory (also
-# env BENCH_TMPDIR). The store decides what the durable write costs: ours fsyncs once
-# per ADD+DEL (the plan: one journal commit, 1.4-2 ms of wall here on loop-ext4),
-# host-local never, and the floor has no store, so on a disk the wall-versus-floor
-# ratio includes the disk's flush latency. The report
-# names the store's filesystem, device, mount options and, for ext4, whether it has a
-# journal. Not the default: this lab VM's / (so /tmp), an ext4 WITHOUT a journal,
-# mounted `discard`, where every fsync writes the inode and its directory
-# synchronously, every freed block is discarded synchronously, and every inode
-# allocation skips the inodes deleted in the last 5-10 s (ext4's find_inode_bit() does
-# that only without a journal): after --scale's fixtures deleted thousands of files,
-# that scan was 25% of ours' CPU per ADD+DEL. Measured here in one interleaved run
-# (108 cycles each, the emulated sysfs tree then on the store too), ours' CPU per cycle
-# was 7.1 ms on /tmp, 6.8 ms on loop-ext4 and 5.9 ms on tmpfs.
+# 1 GiB file in /var/tmp, removed after. Or `ram-ext4`: the same over a file in
+# /dev/shm, buffered (ext4's journal and metadata work without a device's flush
+# latency), `tmpfs` (/dev/shm), or a directory (also env BENCH_TMPDIR). The store
+# decides what the durable write costs: ours fsyncs once per ADD+DEL (the plan: one
+# journal commit; on loop-ext4 here 1.3-1.8 ms inside fsync(2), and 4.5 ms of wall per
+# cycle against a build without it in one run), host-local never, and the floor has no
+# store, so on a disk the wall-versus-floor ratio includes the disk's flush latency.
+# The report names the store's filesystem, device, loop backing, mount options and,
+# for ext4, whether it has a journal. Not the default: this lab VM's / (so /tmp), an
+# ext4 WITHOUT a journal, mounted `discard`, where every fsync writes the inode and its
+# directory synchronously, every freed block is discarded synchronously, and every
+# inode allocation skips the inodes deleted in the last 5-10 s (ext4's find_inode_bit()
+# does that only without a journal): after --scale's fixtures deleted thousands of
+# files, that scan was 25% of ours' CPU per ADD+DEL. Measured here in one interleaved
+# run (108 cycles each, the emulated sysfs tree then on the store too), ours' CPU per
+# cycle was 7.1 ms on /tmp, 6.8 ms on loop-ext4 and 5.9 ms on tmpfs.
 #
 # Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
 # iproute2, jq, containernetworking-plugins, python3, and mount, e2fsprogs and
@@ -269,12 +271,15 @@ store_cleanup() {
 }
 case "$store" in
 tmpfs) store_dir=/dev/shm ;;
-loop-ext4)
+loop-ext4 | ram-ext4)
     trap store_cleanup EXIT
-    loop_img="$(mktemp /var/tmp/ib-sriov-bench-ext4.XXXXXX)"
+    # loop-ext4: the image on the disk, written through (direct I/O), so a journal
+    # commit waits for the disk's flush; ram-ext4: the image in /dev/shm, buffered.
+    if [[ "$store" == loop-ext4 ]]; then img_dir=/var/tmp dio=on; else img_dir=/dev/shm dio=off; fi
+    loop_img="$(mktemp "$img_dir/ib-sriov-bench-ext4.XXXXXX")"
     fallocate -l 1G "$loop_img"
-    loop_dev="$(losetup --find --show --direct-io=on "$loop_img")" ||
-        { echo "bench: no loop device for --store loop-ext4 (use --store tmpfs|DIR)" >&2; exit 1; }
+    loop_dev="$(losetup --find --show --direct-io="$dio" "$loop_img")" ||
+        { echo "bench: no loop device for --store $store (use --store tmpfs|DIR)" >&2; exit 1; }
     mkfs.ext4 -q -F "$loop_dev"
     loop_mnt="$(mktemp -d /var/tmp/ib-sriov-bench-mnt.XXXXXX)"
     mount "$loop_dev" "$loop_mnt"
@@ -284,12 +289,16 @@ loop-ext4)
 esac
 [[ -d "$store_dir" ]] || { echo "bench: --store $store: $store_dir is not a directory" >&2; exit 2; }
 # store_desc <dir>: its filesystem, device and mount options; for ext4, whether it has a
-# journal (a jbd2 instance /proc/fs/jbd2/<device>-8 exists only for a journaled one).
+# journal (a jbd2 instance /proc/fs/jbd2/<device>-8 exists only for a journaled one); for
+# a loop device, its backing file and whether it is written through (direct I/O).
 store_desc() {
-    local fs src opts j=""
+    local fs src opts j="" back
     read -r fs src opts < <(findmnt -no FSTYPE,SOURCE,OPTIONS -T "$1")
     if [[ "$fs" == ext4 ]]; then
         if [[ -e "/proc/fs/jbd2/$(basename "$src")-8" ]]; then j=", journaled"; else j=", NO journal"; fi
+    fi
+    if [[ "$src" == /dev/loop* ]] && read -r back dio < <(losetup -nO BACK-FILE,DIO "$src" 2>/dev/null); then
+        j+=", loop over $back (direct I/O $([[ "$dio" == 1 ]] && echo on || echo off))"
     fi
     echo "$1 on $fs $src$j ($opts)"
 }
