@@ -292,7 +292,7 @@ esac
 # journal (a jbd2 instance /proc/fs/jbd2/<device>-8 exists only for a journaled one); for
 # a loop device, its backing file and whether it is written through (direct I/O).
 store_desc() {
-    local fs src opts j="" back
+    local fs src opts j="" back dio
     read -r fs src opts < <(findmnt -no FSTYPE,SOURCE,OPTIONS -T "$1")
     if [[ "$fs" == ext4 ]]; then
         if [[ -e "/proc/fs/jbd2/$(basename "$src")-8" ]]; then j=", journaled"; else j=", NO journal"; fi
@@ -309,6 +309,7 @@ store_desc() {
 # rewritten at every spawn would charge the store's cost to the plugin's exit.
 [[ -d /dev/shm ]] || { echo "bench: needs /dev/shm (tmpfs) for its work dir" >&2; exit 1; }
 tmp="$(mktemp -d /dev/shm/ib-sriov-bench-work.XXXXXX)"
+trap 'rm -rf "$tmp"; store_cleanup' EXIT
 sdir="$(mktemp -d "$store_dir/ib-sriov-bench.XXXXXX")"
 prefix="bn$(($$ % 100000))"
 host="$prefix-host"
