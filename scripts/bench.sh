@@ -302,6 +302,7 @@ store_desc() {
     fi
     echo "$1 on $fs $src$j ($opts)"
 }
+store_text="$(store_desc "$store_dir")"
 # Only the stateDir and the IPAM dataDirs live on the store ($sdir). Everything else
 # (the emulated sysfs tree, the plugins' stdin/stdout/stderr files, the harness' own
 # files) is in a work dir on tmpfs ($tmp): those stand in for sysfs and for the
@@ -443,7 +444,7 @@ if ((scale)); then
     floor_ms=$(median 1 "$tmp/floor.w")
     echo
     echo "Scale: medians over $cycles cycles (concurrent: over batches; gc: 3 runs; untimed random gap 0-$gap_ms ms before each timed ADD and DEL of pool, attach, vfindex and the floor), $(nproc) cores, kernel $(uname -r); kernel floor of one ADD+DEL (moves with renames and the link-up, as the floor row): $floor_ms ms wall"
-    echo "store (stateDir and IPAM dataDir of every row): $(store_desc "$store_dir")"
+    echo "store (stateDir and IPAM dataDir of every row): $store_text"
     printf '%-18s %14s %14s %14s %14s %8s\n' "what grows" "ours wall ms" "ours CPU ms" "h-d wall ms" "h-d CPU ms" "CPU x"
     jq -rs 'group_by(.scenario + " " + (.level|tostring)) | sort_by(.[0].scenario, .[0].level) | .[] |
         (map(select(.row=="ours"))[0]) as $o | (map(select(.row=="hostdevice"))[0]) as $h |
@@ -521,7 +522,7 @@ declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-dev
     [bare]="bare moves: 2x ip link netns")
 echo
 echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each, untimed random gap 0-$gap_ms ms before each call), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
-echo "store (stateDir and IPAM dataDir of every row): $(store_desc "$store_dir")"
+echo "store (stateDir and IPAM dataDir of every row): $store_text"
 printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
 for r in ours hostdevice floor moves bare; do
     want "$r" || continue
@@ -575,7 +576,7 @@ if [[ -n "$json_out" ]]; then
                 '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu}'
         done
     } | jq -s --argjson cycles "$cycles" --argjson warmup "$warmup" --argjson rounds "$rounds" --arg kernel "$(uname -r)" \
-        --arg store "$(store_desc "$store_dir")" \
+        --arg store "$store_text" \
         '{cycles:$cycles,rounds:$rounds,warmup_per_round:$warmup,kernel:$kernel,store:$store,rows:.}' >"$json_out"
 fi
 
