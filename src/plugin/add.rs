@@ -90,7 +90,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             } else {
                 None
             };
-            super::del::teardown_locked(ctx, &host, &stale, None, true)?;
+            super::teardown::teardown_locked(ctx, &host, &stale, None, true)?;
             drop(other_lock);
         }
         None => {}
@@ -108,7 +108,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 j.container_id,
                 j.ifname
             );
-            super::del::teardown_locked(ctx, &host, &j, None, true)?;
+            super::teardown::teardown_locked(ctx, &host, &j, None, true)?;
             known_id = j.netdev().map(|(id, ..)| id.clone());
         }
         Some(Ok(j)) => {

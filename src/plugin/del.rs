@@ -9,11 +9,10 @@
 //! Go ib-sriov-cni made (its cache file, no journal) is undone as its DEL would
 //! (`upgrade`).
 
-use super::steps::{release_with, resolve_pod, undo, Host};
+use super::steps::{release_with, Host};
+use super::teardown::teardown_locked;
 use super::Ctx;
 use crate::cni::CniError;
-use crate::failpoint::hit;
-use crate::journal::Journal;
 
 pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
@@ -84,29 +83,4 @@ fn release_without_journal(ctx: &Ctx) -> Result<(), CniError> {
         }
         r => r,
     }
-}
-
-/// Undoes `j` (its VF lock held by the caller) with the pod netns found from `netns`
-/// or the journal (identity-checked), and removes the journal when everything is done.
-/// `release_ipam`: also release the journaled IPAM allocation (GC releases IPAM itself,
-/// for every unlisted attachment at once). Errors keep their codes: code 11 when every
-/// failure is transient (a lock timeout, a VF netdev not yet returned by the kernel).
-pub(super) fn teardown_locked(
-    ctx: &Ctx,
-    host: &Host,
-    j: &Journal,
-    netns: Option<&str>,
-    release_ipam: bool,
-) -> Result<(), CniError> {
-    let pod = resolve_pod(j, netns)?;
-    let errs = undo(ctx, host, j, &pod, j.steps.len(), release_ipam);
-    if !errs.is_empty() {
-        return errs.into_result(format!(
-            "restoring VF {} of {}/{} did not complete; the journal is kept and DEL can be retried",
-            j.vf, j.container_id, j.ifname
-        ));
-    }
-    hit("del.journal")?;
-    ctx.store.remove(&j.container_id, &j.ifname)?;
-    Ok(())
 }

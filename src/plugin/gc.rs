@@ -14,7 +14,7 @@
 
 use super::errors::ErrorList;
 use super::steps::Host;
-use super::{del, ipam_error, Ctx, Ipam};
+use super::{ipam_error, teardown, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
 use crate::failpoint::hit;
 use serde_json::Value;
@@ -113,7 +113,7 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                     j.vf
                 );
                 let r = ctx.lock_vf(j.vf).and_then(|_lock| {
-                    del::teardown_locked(ctx, host, &j, None, false)?;
+                    teardown::teardown_locked(ctx, host, &j, None, false)?;
                     hit("gc.journal")
                 });
                 match r {

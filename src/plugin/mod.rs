@@ -9,6 +9,7 @@ pub mod gc;
 pub mod rdma;
 pub mod status;
 pub mod steps;
+mod teardown;
 mod upgrade;
 pub mod vfattr;
 

@@ -20,8 +20,8 @@
 //! VF's before it is moved (its parent device, and the GUID ADD set in its IPoIB address)
 //! where Go takes whatever has the name; an empty `CNI_NETNS` does not skip the work.
 
-use super::del::teardown_locked;
 use super::steps::{ns_id, Host};
+use super::teardown::teardown_locked;
 use super::Ctx;
 use crate::cni::CniError;
 use crate::gocache::{self, GoAttachment};
@@ -61,7 +61,7 @@ pub(super) fn find(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
 
 /// DEL of an attachment the Go plugin made.
 ///
-/// Errors: as the journal-driven teardown (`del::teardown_locked`); the journal made
+/// Errors: as the journal-driven teardown (`teardown::teardown_locked`); the journal made
 /// from the cache is kept for a retry.
 pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
     let env = ctx.env;

@@ -1,0 +1,79 @@
+//! Step `DeviceInfo`: the Multus device-info file (`runtimeConfig.CNIDeviceInfoFile`,
+//! k8snetworkplumbingwg device-info-spec), written by ADD and removed by DEL only while
+//! it still holds exactly what ADD wrote.
+
+use crate::cni::{code, CniError};
+use crate::failpoint::hit;
+use std::path::Path;
+
+/// Writes `content` to `path` (ADD; `content` was filled from the journal's facts and
+/// saved before this runs).
+pub(super) fn apply(path: &Path, content: &str) -> Result<(), super::StepFailure> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CniError::new(code::IO_FAILURE, format!("creating {}: {e}", dir.display()))
+        })?;
+    }
+    // Atomic (a reader never sees half a file) but not fsync'd: the file
+    // describes a live pod, and a machine crash ends the pod; it normally
+    // lives on tmpfs (/var/run/k8s.cni.cncf.io/devinfo) anyway.
+    crate::fsutil::replace_nosync(path, content.as_bytes()).map_err(|e| {
+        CniError::new(
+            code::IO_FAILURE,
+            format!("writing device-info file {}: {e}", path.display()),
+        )
+    })?;
+    log::info!("wrote device-info file {}", path.display());
+    hit("add.device_info")?;
+    Ok(())
+}
+
+/// Removes the device-info file if it still holds exactly what ADD wrote, and the temp
+/// files an ADD killed while writing it left (`.<name>.tmp.<pid>`, ours: the path is
+/// this attachment's and its writers hold the VF lock); anything else is left in place.
+pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
+    crate::fsutil::remove_temps_of(path);
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path);
+    let mut f = match f {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            log::warn!("device-info file {}: {e}; not removing it", path.display());
+            return Ok(());
+        }
+    };
+    let is_ours = f
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() == content.len() as u64)
+        && {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut f, &mut s).is_ok() && s == content
+        };
+    if !is_ours {
+        log::warn!(
+            "{} is not the device-info file this attachment wrote: left in place",
+            path.display()
+        );
+        return Ok(());
+    }
+    // Not fsync'd: a removal lost in a crash leaves the file of a pod that is gone,
+    // which the next DEL (its journal stays until the undo is complete) removes again.
+    std::fs::remove_file(path)
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
+        .map_err(|e| {
+            CniError::new(
+                code::IO_FAILURE,
+                format!("removing {}: {e}", path.display()),
+            )
+        })
+}
