@@ -266,7 +266,7 @@ impl IpamConfig {
     ///
     /// Not fsynced: a release lost in a machine crash brings back a record naming an
     /// attachment that died in it or before it. The journal is removed only after the
-    /// release (`del::teardown_locked`), and ext4, XFS and btrfs commit metadata in
+    /// release (`teardown::teardown_locked`), and ext4, XFS and btrfs commit metadata in
     /// order, so there the journal comes back with the record and the next ADD of that
     /// VF, or GC, undoes it again and releases the address; on any filesystem GC
     /// (SPEC.md "GC": every record of an attachment not in `cni.dev/valid-attachments`)
