@@ -192,7 +192,8 @@ left() { # left <dir> <find-args...>: the entries left in dir, or "none"
     l="$(find "$d" -mindepth 1 -maxdepth 1 "$@" -printf '%f ' 2>/dev/null || true)"
     echo "${l:-none}"
 }
-echo "journals left in stateDir: $(left "$tmp/state" ! -name locks)"
+echo "journals left in stateDir: $(left "$tmp/state" ! -name locks ! -name vfs)"
+echo "holder links left in stateDir/vfs: $(left "$tmp/state/vfs")"
 echo "addresses left in the IPAM dataDir: $(left "$tmp/ipam/ibdemo" ! -name lock ! -name 'last_reserved_ip*')"
 host_state >"$tmp/host.after"
 if diff -u "$tmp/host.before" "$tmp/host.after" >"$tmp/host.diff"; then

@@ -126,6 +126,61 @@ pub fn atomic_write(path: &Path, data: &[u8]) -> io::Result<()> {
     write_replace(path, data, true)
 }
 
+/// Writes `data` to `path` atomically, only if `path` does not exist: the temp file is
+/// renamed into place with `renameat2(RENAME_NOREPLACE)` (or, on a filesystem without
+/// it, `EINVAL`, hard-linked with `link(2)`, which never replaces either), so of two
+/// writers racing to create the same name exactly one succeeds. `durable`: the file and
+/// then its directory are fsync'd after the rename, as [`atomic_write`] does for a new
+/// name (a machine crash before that may leave `path` empty: [`is_unwritten`]).
+///
+/// Errors: `AlreadyExists` when `path` exists (nothing is written); else as the
+/// underlying calls, and then nothing is left at `path` that this call put there.
+pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    let res = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
+            .open(&tmp)?;
+        f.write_all(data)?;
+        match renameat2(
+            AT_FDCWD,
+            tmp.as_path(),
+            AT_FDCWD,
+            path,
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(Errno::EINVAL) => {
+                fs::hard_link(&tmp, path)?;
+                let _ = fs::remove_file(&tmp);
+            }
+            Err(e) => return Err(io::Error::from(e)),
+        }
+        if durable {
+            if let Err(e) = f.sync_all().and_then(|()| fsync_dir(dir)) {
+                remove_if_same(path, &f);
+                return Err(e);
+            }
+        }
+        Ok(())
+    })();
+    let _ = fs::remove_file(&tmp);
+    res
+}
+
 /// Like [`atomic_write`] (readers see the old or the new content, never a mix) but
 /// without the fsyncs: for state whose loss in a crash is harmless (a hint, or a flag
 /// that only makes the next DEL do work it would have done anyway).

@@ -246,6 +246,9 @@ pub enum JournalError {
         /// The attachment it names.
         found: (String, String),
     },
+    /// A journal was created for the attachment by another invocation after this one
+    /// looked ([`JournalStore::create`]): an ADD of the same attachment is running.
+    Exists(PathBuf),
 }
 
 impl std::fmt::Display for JournalError {
@@ -263,6 +266,11 @@ impl std::fmt::Display for JournalError {
                 path.display(),
                 found.0,
                 found.1
+            ),
+            JournalError::Exists(p) => write!(
+                f,
+                "journal {} was created by another invocation meanwhile: an ADD of the same attachment is running",
+                p.display()
             ),
         }
     }
@@ -337,6 +345,30 @@ impl JournalStore {
     /// must be on disk before the first host change it describes).
     pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
         self.write(j, true)
+    }
+
+    /// Writes the journal of a new attachment (ADD's plan) atomically and durably, only
+    /// if the attachment has none ([`crate::fsutil::create_new`]): of two ADDs of one
+    /// (containerID, ifname) racing on two VFs, only one journals its plan, so neither
+    /// overwrites the other's (which would leave that one's VF in the pod with no
+    /// journal). An empty file there (a plan a machine crash cut short, read as absent
+    /// by [`JournalStore::load`]) is replaced.
+    ///
+    /// Errors: [`JournalError::Exists`] when a journal appeared since the caller looked;
+    /// I/O errors naming the file.
+    pub fn create(&self, j: &Journal) -> Result<(), JournalError> {
+        let path = self.path(&j.container_id, &j.ifname);
+        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
+        let data = serde_json::to_vec_pretty(j)
+            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        match crate::fsutil::create_new(&path, &data, true) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match Self::load_path(&path)? {
+                None => self.save(j),
+                Some(_) => Err(JournalError::Exists(path)),
+            },
+            Err(e) => Err(JournalError::Io(path, e)),
+        }
     }
 
     /// Rewrites the journal atomically but without fsync: for facts learnt while a
@@ -535,6 +567,37 @@ impl JournalStore {
             let _ = std::fs::remove_file(&tmp);
             JournalError::Io(link.clone(), e)
         })
+    }
+
+    /// Removes the holder link of `vf` when it names the journal of (containerID,
+    /// ifname), so nothing of an attachment is left in the store after its last DEL;
+    /// a link naming another attachment (a newer holder) stays. Call with the VF lock
+    /// held, after the journal is removed (a link without its journal is stale, never
+    /// the other way round). Not fsync'd: a removal lost in a crash leaves a stale link.
+    /// Returns whether a link was removed.
+    ///
+    /// Errors: reading or removing the link, naming it.
+    pub fn remove_holder(
+        &self,
+        vf: PciAddress,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<bool, JournalError> {
+        let link = self.holder_link_path(vf);
+        match std::fs::read_link(&link) {
+            Ok(t) if t.as_os_str() == Self::file_name(container_id, ifname).as_str() => {
+                match std::fs::remove_file(&link) {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                    Err(e) => Err(JournalError::Io(link, e)),
+                }
+            }
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            // EINVAL: not a symlink (nothing this store wrote); left alone.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => Ok(false),
+            Err(e) => Err(JournalError::Io(link, e)),
+        }
     }
 
     /// The attachment holding `vf` other than `except`, from the holder link: its

@@ -69,31 +69,46 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     let _lock = ctx.lock_vf(vf_addr)?;
 
     // 2. An earlier ADD of this attachment: finished -> refused (the runtime must DEL
-    // first, SPEC.md "ADD"); interrupted (its VF lock is free, so its writer is dead)
-    // -> undone first.
-    match ctx.store.load(&env.container_id, &env.ifname)? {
-        Some(j) if j.complete => {
-            return Err(CniError::env(format!(
+    // first, SPEC.md "ADD"); unfinished -> undone first, but only once its writer is
+    // provably gone: an ADD holds its VF's lock from before its journal exists until it
+    // has finished or rolled back, so the journal is read again under that lock (an
+    // ADD of the same attachment still running on another VF -- a runtime retrying --
+    // is waited for, bounded by lockTimeoutMs, and then found finished or gone).
+    if let Some(seen) = ctx.store.load(&env.container_id, &env.ifname)? {
+        let exists = |j: &Journal| {
+            CniError::env(format!(
                 "attachment {}/{} already exists (VF {}, network {}): DEL it first",
                 env.container_id, env.ifname, j.vf, j.network
-            )))
+            ))
+        };
+        if seen.complete {
+            return Err(exists(&seen));
         }
-        Some(stale) => {
-            log::warn!(
-                "found the journal of an interrupted ADD of {}/{} (VF {}); undoing it first",
-                env.container_id,
-                env.ifname,
-                stale.vf
-            );
-            let other_lock = if stale.vf != vf_addr {
-                Some(ctx.lock_vf(stale.vf)?)
-            } else {
-                None
-            };
-            super::teardown::teardown_locked(ctx, &host, &stale, None, true)?;
-            drop(other_lock);
+        let other_lock = if seen.vf != vf_addr {
+            Some(ctx.lock_vf(seen.vf)?)
+        } else {
+            None
+        };
+        match ctx.store.load(&env.container_id, &env.ifname)? {
+            None => {} // that ADD failed and rolled back meanwhile
+            Some(j) if j.complete => return Err(exists(&j)),
+            Some(j) if j.vf != seen.vf => {
+                return Err(CniError::try_later(format!(
+                    "another ADD of {}/{} is running (VF {}): retry",
+                    env.container_id, env.ifname, j.vf
+                )))
+            }
+            Some(stale) => {
+                log::warn!(
+                    "found the journal of an interrupted ADD of {}/{} (VF {}, its writer is gone: its VF lock is ours); undoing it first",
+                    env.container_id,
+                    env.ifname,
+                    stale.vf
+                );
+                super::teardown::teardown_locked(ctx, &host, &stale, None, true)?;
+            }
         }
-        None => {}
+        drop(other_lock);
     }
 
     // 3. The VF is free, the pod's interface name too.
@@ -295,9 +310,20 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     // The holder link first: a link whose journal does not exist (yet) is stale, so a
     // crash between the two leaves the VF free, and every journal has its link, so
     // finding a VF's holder never lists the journals.
+    // The plan is created, never replaced: an ADD of the same attachment that journaled
+    // its plan since step 2 looked (on another VF) keeps it, and this one changes
+    // nothing (code 11) but for its holder link, which it takes back.
     ctx.store
         .set_holder(vf_addr, &env.container_id, &env.ifname)?;
-    ctx.store.save(&j)?;
+    match ctx.store.create(&j) {
+        Ok(()) => {}
+        Err(e @ crate::journal::JournalError::Exists(_)) => {
+            ctx.store
+                .remove_holder(vf_addr, &env.container_id, &env.ifname)?;
+            return Err(CniError::try_later(e.to_string()));
+        }
+        Err(e) => return Err(e.into()),
+    }
     let mut cx = Apply {
         ctx,
         host: &host,
@@ -337,7 +363,11 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     log::error!("ADD failed: {e}; rolling back");
     let errs = steps::undo(ctx, &host, &j, &PodNs::Live(pod), begun, true);
     if errs.is_empty() {
-        if let Err(re) = ctx.store.remove(&j.container_id, &j.ifname) {
+        if let Err(re) = ctx
+            .store
+            .remove(&j.container_id, &j.ifname)
+            .and_then(|_| ctx.store.remove_holder(vf_addr, &j.container_id, &j.ifname))
+        {
             return Err(e.with_details(format!("removing journal: {re}")));
         }
         Err(e)

@@ -10,16 +10,15 @@
 //! (`upgrade`).
 
 use super::steps::{release_with, Host};
-use super::teardown::teardown_locked;
+use super::teardown::{load_locked, teardown_locked};
 use super::Ctx;
 use crate::cni::CniError;
 
 pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
     let env = ctx.env;
-    match ctx.store.load(&env.container_id, &env.ifname)? {
-        Some(j) => {
+    match load_locked(ctx, (&env.container_id, &env.ifname), None)? {
+        Some((j, _lock)) => {
             let host = Host::open(&ctx.sysfs)?;
-            let _lock = ctx.lock_vf(j.vf)?;
             teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
         }
         None => {

@@ -87,8 +87,9 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                 None
             } else {
                 match Host::open(&ctx.sysfs) {
-                    // No waiting for a netdev the kernel has not returned yet: that
-                    // journal stays for the next GC (or the pod's DEL), the pass goes on.
+                    // No waiting for a netdev the kernel has not returned yet: one that
+                    // is not in the host is re-created at once by the recovery rebind
+                    // (`steps::netdev_move`), so the pass never stalls on one VF.
                     Ok(h) => Some(Host {
                         return_wait: Duration::ZERO,
                         ..h
@@ -112,14 +113,17 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                     j.ifname,
                     j.vf
                 );
-                let r = ctx.lock_vf(j.vf).and_then(|_lock| {
-                    teardown::teardown_locked(ctx, host, &j, None, false)?;
+                let (cid, ifname, vf) = (j.container_id.clone(), j.ifname.clone(), j.vf);
+                let r = teardown::load_locked(ctx, (&cid, &ifname), Some(j)).and_then(|held| {
+                    if let Some((j, _lock)) = held {
+                        teardown::teardown_locked(ctx, host, &j, None, false)?;
+                    }
                     hit("gc.journal")
                 });
                 match r {
                     Ok(()) => restored += 1,
                     Err(e) => errs.push(CniError {
-                        msg: format!("{}/{} (VF {}): {}", j.container_id, j.ifname, j.vf, e.msg),
+                        msg: format!("{cid}/{ifname} (VF {vf}): {}", e.msg),
                         ..e
                     }),
                 }

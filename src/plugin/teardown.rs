@@ -6,6 +6,7 @@ use super::steps::{resolve_pod, undo, Host};
 use super::Ctx;
 use crate::cni::CniError;
 use crate::failpoint::hit;
+use crate::fsutil::FileLock;
 use crate::journal::Journal;
 
 /// Undoes `j` (its VF lock held by the caller) with the pod netns found from `netns`
@@ -30,5 +31,43 @@ pub(super) fn teardown_locked(
     }
     hit("del.journal")?;
     ctx.store.remove(&j.container_id, &j.ifname)?;
+    // Nothing of the attachment stays in the store: its holder link goes with it.
+    ctx.store.remove_holder(j.vf, &j.container_id, &j.ifname)?;
     Ok(())
+}
+
+/// The journal of (containerID, ifname) read under its VF's lock: loaded, its VF locked
+/// (bounded by `lockTimeoutMs`), then read again, so what is undone is what the last
+/// writer left (an ADD still running when DEL or GC first looked writes the netdev's
+/// new identity and its completion before it lets the lock go). `Ok(None)` when there
+/// is none (any more). `first`: a journal already read (GC's listing), else it is
+/// loaded here.
+///
+/// Errors: the journal unreadable (code 5), the lock busy past its bound (code 11), the
+/// journal naming another VF at every one of three reads (code 11: ADDs of the
+/// attachment keep replacing it).
+pub(super) fn load_locked(
+    ctx: &Ctx,
+    (cid, ifname): (&str, &str),
+    first: Option<Journal>,
+) -> Result<Option<(Journal, FileLock)>, CniError> {
+    let mut j = match first {
+        Some(j) => j,
+        None => match ctx.store.load(cid, ifname)? {
+            Some(j) => j,
+            None => return Ok(None),
+        },
+    };
+    for _ in 0..3 {
+        let lock = ctx.lock_vf(j.vf)?;
+        match ctx.store.load(cid, ifname)? {
+            None => return Ok(None),
+            Some(now) if now.vf == j.vf => return Ok(Some((now, lock))),
+            Some(now) => j = now,
+        }
+    }
+    Err(CniError::try_later(format!(
+        "the journal of {cid}/{ifname} names another VF at every read (now {}): ADDs of this attachment are running; retry",
+        j.vf
+    )))
 }

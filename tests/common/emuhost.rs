@@ -783,6 +783,54 @@ impl EmuHost {
         self.sync_netdevs()
     }
 
+    /// Emulates the VF driver's probe (what a bind does on a real host: the driver
+    /// creates the VF's netdev in the initial netns, and udev gives it its predictable
+    /// name). While the returned guard lives, a thread polls
+    /// `<root>/bus/pci/drivers/<mlx5_core>/bind` every 10 ms; a BDF written there whose
+    /// VF netdev is in no netns any more (its veth peer is gone from the host netns) has
+    /// its pair re-created as in `orig` under the VF's original name, down, and the
+    /// tree synced ([`EmuHost::recreate_vf_pair`], [`EmuHost::sync_netdevs`]); a VF whose
+    /// netdev still exists is left as it is (the GUID-change rebinds of other tests).
+    /// Every bind seen is recorded in [`ProbeEmu::binds`] with whether it re-created.
+    pub fn probe_on_bind(&self, orig: &HostSnapshot) -> ProbeEmu {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let binds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (root, orig) = (self.root.clone(), orig.clone());
+        let (stop2, binds2) = (stop.clone(), binds.clone());
+        let thread = std::thread::spawn(move || {
+            let host = EmuHost::attach(&root).expect("attach the emulated host");
+            let bind = root.join("bus/pci/drivers").join(MLX5_CORE).join("bind");
+            while !stop2.load(Ordering::Relaxed) {
+                let bdf = fs::read_to_string(&bind).unwrap_or_default();
+                let bdf = bdf.trim();
+                if !bdf.is_empty() {
+                    let _ = fs::write(&bind, "");
+                    let mut recreated = false;
+                    if let Some(vf) = host.vfs.iter().find(|v| v.addr == bdf) {
+                        let links = host.host_links_json().unwrap_or_default();
+                        let peer_here = vf
+                            .peer
+                            .as_deref()
+                            .is_some_and(|p| links.iter().any(|l| l["ifname"].as_str() == Some(p)));
+                        if let (false, Some(name)) = (peer_here, vf.netdev.as_deref()) {
+                            host.recreate_vf_pair(vf.index, name, &orig)
+                                .and_then(|()| host.sync_netdevs())
+                                .expect("re-creating the VF pair");
+                            recreated = true;
+                        }
+                    }
+                    binds2.lock().unwrap().push((bdf.to_string(), recreated));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+        ProbeEmu {
+            stop,
+            binds,
+            thread: Some(thread),
+        }
+    }
+
     /// Re-creates VF `n`'s veth pair in the host netns as it was in `orig` (ifindex,
     /// MAC and MTU of both ends, the peer's admin state), the VF end named `name` and
     /// down. Does not touch the emulated sysfs (see [`EmuHost::sync_netdevs`]).
@@ -1189,4 +1237,27 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
         rel.push(c);
     }
     rel
+}
+
+/// The driver-probe emulation of [`EmuHost::probe_on_bind`]; stopped when dropped.
+pub struct ProbeEmu {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    binds: std::sync::Arc<std::sync::Mutex<Vec<(String, bool)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProbeEmu {
+    /// The binds seen so far: (BDF, whether the VF's netdev was re-created).
+    pub fn binds(&self) -> Vec<(String, bool)> {
+        self.binds.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ProbeEmu {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

@@ -122,7 +122,7 @@ pub(super) fn undo(
         match netdev_after_rebind(host, j.vf) {
             Ok(link) => {
                 if let Some((_, host_name, host_up, _)) = j.netdev() {
-                    fix_name_and_state(&host.nl, &link, host_name, host_up)?;
+                    fix_name_and_state(host, j.vf, &link, host_name, host_up)?;
                 }
             }
             Err(e) => log::warn!("after restoring the GUID of VF {}: {e}", j.vf),

@@ -16,9 +16,11 @@
 //!
 //! Undo order: the VF steps in reverse; the IPAM allocation last (written once, here),
 //! and only when the netdev has left the pod (or the pod netns is gone), so a released
-//! address is never still configured in a live pod. After a netdev that cannot be
-//! brought back, the remaining VF steps (RDMA device, GUID and rebind, link state) are
-//! not undone: the journal stays for a retry.
+//! address is never still configured in a live pod. A netdev that is nowhere (destroyed
+//! with its pod netns, deleted) is re-created by rebinding the VF's driver
+//! (`netdev_move::recover_by_rebind`); only when that cannot even start (the rebind lock
+//! busy past `lockTimeoutMs`) are the remaining VF steps (RDMA device, GUID and rebind,
+//! link state) left for a retry, with the journal.
 
 mod addresses;
 mod device_info;
@@ -248,6 +250,18 @@ pub fn undo(
             return errs;
         }
     };
+    // A VF whose PCI device is gone (`sriov_numvfs` changed under the pod) took its
+    // netdev, RDMA device and PF-side attributes with it: nothing of it to restore.
+    let vf_gone =
+        matches!(host.sysfs.driver(j.vf), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    if vf_gone && !held_by_other {
+        log::warn!(
+            "VF {} of {}/{} no longer exists (its PF's sriov_numvfs changed): nothing of it to restore",
+            j.vf,
+            j.container_id,
+            j.ifname
+        );
+    }
     let mut netdev_out = true;
     // The PF view (one rtnetlink lookup of the PF netdev) only for the VF-attribute
     // steps that need it.
@@ -257,14 +271,15 @@ pub fn undo(
         let r = match s {
             Step::Ipam { .. } => continue,
             Step::DeviceInfo { path, content } => device_info::undo(path, content),
-            _ if held_by_other || !netdev_out => continue,
+            _ if held_by_other || !netdev_out || vf_gone => continue,
             Step::MoveNetdev {
                 netdev,
                 host_name,
                 host_up,
                 pod_ifindex,
             } => {
-                let r = netdev_move::undo(host, j, netdev, host_name, *host_up, *pod_ifindex, pod);
+                let r =
+                    netdev_move::undo(ctx, host, j, netdev, host_name, *host_up, *pod_ifindex, pod);
                 netdev_out = r.is_ok();
                 r
             }

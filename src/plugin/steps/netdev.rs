@@ -5,11 +5,12 @@
 use super::Host;
 use crate::cni::CniError;
 use crate::journal::NetdevId;
-use crate::netlink::{Link, Netlink};
+use crate::netlink::{Link, Netlink, ENODEV};
 use crate::plugin::NETDEV_WAIT;
 use crate::sysfs::Sysfs;
 use crate::types::{format_hwaddr, PciAddress};
 use nix::errno::Errno;
+use std::time::{Duration, Instant};
 
 /// Name pattern for a returning netdev whose original name is taken in the host; the
 /// kernel replaces `%d` with the first free number (`dev_alloc_name()`).
@@ -81,7 +82,7 @@ pub fn find_in_host(
     vf: PciAddress,
     id: Option<&NetdevId>,
 ) -> Result<Option<Link>, CniError> {
-    if let Some(l) = listed_in_host(host, vf)? {
+    if let Some(l) = listed_in_host(host, vf, id)? {
         return Ok(Some(l));
     }
     let Some(id) = id else { return Ok(None) };
@@ -106,51 +107,160 @@ pub fn find_in_host(
 /// a link. udev may rename it between the sysfs read and the netlink lookup (a netdev
 /// re-created by a rebind or an RDMA device move comes up as `ib%d` and is renamed
 /// asynchronously): a name that vanished is looked up again by its parent device
-/// (`IFLA_PARENT_DEV_NAME`), which no rename changes.
-pub(super) fn listed_in_host(host: &Host, vf: PciAddress) -> Result<Option<Link>, CniError> {
+/// (`IFLA_PARENT_DEV_NAME`), which no rename changes. While the kernel replaces the
+/// VF's netdev (one being destroyed, its successor created), two are listed: the one
+/// with the identity `id` when given, else the newest (highest ifindex: the kernel
+/// hands out ifindexes in increasing order, `dev_index_reserve()` in net/core/dev.c).
+pub(super) fn listed_in_host(
+    host: &Host,
+    vf: PciAddress,
+    id: Option<&NetdevId>,
+) -> Result<Option<Link>, CniError> {
     let names = host.sysfs.netdevs(vf).unwrap_or_default();
-    for n in &names {
-        if let Some(l) = host.nl.link_by_name(n)? {
-            return Ok(Some(l));
-        }
-    }
     if names.is_empty() {
         return Ok(None);
     }
-    Ok(host.nl.link_by_parent(&vf.to_string())?)
+    let mut found = Vec::new();
+    for n in &names {
+        if let Some(l) = host.nl.link_by_name(n)? {
+            found.push(l);
+        }
+    }
+    if found.is_empty() {
+        let vfs = vf.to_string();
+        found = host
+            .nl
+            .links()?
+            .into_iter()
+            .filter(|l| l.parent_dev.as_deref() == Some(vfs.as_str()))
+            .collect();
+    }
+    let by_id = id.and_then(|id| {
+        found
+            .iter()
+            .position(|l| l.index == id.ifindex || format_hwaddr(&l.address) == id.hwaddr)
+    });
+    let pick = by_id.or_else(|| (0..found.len()).max_by_key(|&i| found[i].index));
+    Ok(pick.map(|i| found.swap_remove(i)))
 }
 
-/// Gives the VF's netdev in the host its original name and admin state. When the name
-/// is taken in the host (EEXIST), the netdev gets [`FALLBACK_NAME_PATTERN`] instead.
+/// How long a rename back to the original name waits for the VF's netdevs to settle
+/// when another netdev of the same VF holds that name: one being destroyed while its
+/// successor is created (the ipoib ULP re-creating the IPoIB netdev when the RDMA device
+/// returns from a dead netns, `ipoib_remove_one()`/`ipoib_add_one()` in
+/// drivers/infiniband/ulp/ipoib/ipoib_main.c), with udev naming both.
+pub const RENAME_SETTLE: Duration = Duration::from_secs(5);
+
+/// True when `l` is a netdev of VF `vf` itself: its parent device
+/// (`IFLA_PARENT_DEV_NAME`) is the VF, or the kernel lists it under `<VF>/net/`.
+fn is_own_netdev(host: &Host, vf: PciAddress, l: &Link) -> bool {
+    l.parent_dev.as_deref() == Some(vf.to_string().as_str())
+        || host
+            .sysfs
+            .netdevs(vf)
+            .is_ok_and(|names| names.contains(&l.name))
+}
+
+/// Gives the VF's netdev in the host its original name and admin state, settling the
+/// name by identity:
+/// - the name already held by this very link (udev renamed it first) is done;
+/// - the name held by another netdev of the same VF (one the kernel is destroying while
+///   it creates its successor) is waited for, up to [`RENAME_SETTLE`], re-finding the
+///   VF's netdev whenever the one being renamed vanished (`ENODEV`): past the bound the
+///   netdev keeps the name it has, logged;
+/// - the name held by a foreign link gives the netdev [`FALLBACK_NAME_PATTERN`] instead
+///   (the kernel picks the first free `ibvf<N>`, `dev_alloc_name()` in net/core/dev.c).
+///
+/// Errors: a netlink failure other than `EEXIST`/`ENODEV` on the rename, or on the
+/// admin-state change (code 102).
 pub(super) fn fix_name_and_state(
-    nl: &Netlink,
+    host: &Host,
+    vf: PciAddress,
     link: &Link,
     orig: &str,
     up: bool,
 ) -> Result<(), CniError> {
-    let mut is_up = link.up;
-    if link.name != orig {
-        if is_up {
-            nl.set_down(link.index)?;
-            is_up = false;
+    let nl = &host.nl;
+    let mut link = link.clone();
+    let deadline = Instant::now() + RENAME_SETTLE;
+    while link.name != orig {
+        let was_up = link.up;
+        let renamed = match was_up {
+            true => nl.set_down(link.index),
+            false => Ok(()),
         }
-        match rename_over_own_altname(nl, link, orig) {
-            Ok(()) => log::info!("renamed {} back to {orig}", link.name),
-            Err(e) if e.errno == EEXIST => {
+        .and_then(|()| {
+            link.up = false;
+            rename_over_own_altname(nl, &link, orig)
+        });
+        let err = match renamed {
+            Ok(()) => {
+                log::info!("renamed {} back to {orig}", link.name);
+                link.name = orig.to_string();
+                break;
+            }
+            Err(e) if e.errno == EEXIST || e.errno == Some(ENODEV) => e,
+            Err(e) => return Err(e.into()),
+        };
+        let holder = nl.link_by_name(orig)?;
+        let Some(now) = nl.link_by_index(link.index)? else {
+            // The netdev being renamed is gone (destroyed and re-created): its
+            // successor is the VF's netdev now.
+            let Some(next) = listed_in_host(host, vf, None)? else {
+                log::warn!("the netdev of VF {vf} vanished while it was being renamed to {orig}; none is left to name");
+                return Ok(());
+            };
+            log::info!(
+                "the netdev of VF {vf} was re-created while being renamed ({}, ifindex {} -> {}, ifindex {})",
+                link.name,
+                link.index,
+                next.name,
+                next.index
+            );
+            link = next;
+            if Instant::now() >= deadline {
+                break;
+            }
+            continue;
+        };
+        link = now;
+        match holder {
+            Some(h) if h.index == link.index => break, // udev named it first
+            None => {}                                 // the holder left: retry
+            Some(h) if is_own_netdev(host, vf, &h) => {
+                if Instant::now() >= deadline {
+                    log::warn!(
+                        "{orig} is still held by {} (ifindex {}), another netdev of VF {vf}, after {} s; {} keeps its name",
+                        h.name,
+                        h.index,
+                        RENAME_SETTLE.as_secs(),
+                        link.name
+                    );
+                    break;
+                }
+                log::debug!(
+                    "{orig} is held by ifindex {}, another netdev of VF {vf} ({err}); waiting for the kernel to settle",
+                    h.index
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Some(h) => {
                 nl.rename(link.index, FALLBACK_NAME_PATTERN)?;
                 let now = nl.link_by_index(link.index)?.map(|l| l.name);
                 log::warn!(
-                    "cannot rename {} back to {orig}: the name is taken in the host; it is {} now",
+                    "cannot rename {} back to {orig}: the name is taken in the host by {} (ifindex {}); it is {} now",
                     link.name,
+                    h.name,
+                    h.index,
                     now.as_deref().unwrap_or("?")
                 );
+                break;
             }
-            Err(e) => return Err(e.into()),
         }
     }
-    if up && !is_up {
+    if up && !link.up {
         nl.set_up(link.index)?;
-    } else if !up && is_up {
+    } else if !up && link.up {
         nl.set_down(link.index)?;
     }
     Ok(())
@@ -209,7 +319,7 @@ pub fn rebind_driver(sysfs: &Sysfs, vf: PciAddress) -> Result<(), CniError> {
 /// ib-sriov-cni#217, and udev may rename it meanwhile).
 pub fn netdev_after_rebind(host: &Host, vf: PciAddress) -> Result<Link, CniError> {
     let name = host.sysfs.wait_for_netdev(vf, NETDEV_WAIT)?;
-    let link = listed_in_host(host, vf)?.ok_or_else(|| {
+    let link = listed_in_host(host, vf, None)?.ok_or_else(|| {
         CniError::host(format!(
             "netdev {name} of VF {vf} not found after it was re-created"
         ))

@@ -3,19 +3,22 @@
 //! and brought back under its original name and admin state on undo, by identity.
 
 use super::netdev::{
-    find_in_host, find_in_pod, fix_name_and_state, same_device, EEXIST, FALLBACK_NAME_PATTERN,
+    find_in_host, find_in_pod, fix_name_and_state, netdev_after_rebind, rebind_driver, same_device,
+    EEXIST, FALLBACK_NAME_PATTERN,
 };
 use super::{Apply, Host, PodNs, StepFailure};
 use crate::cni::{CniError, Interface};
 use crate::failpoint::hit;
 use crate::journal::{Journal, NetdevId, Step};
 use crate::netlink::LinkEvents;
+use crate::plugin::Ctx;
 use crate::types::format_hwaddr;
 use std::time::{Duration, Instant};
 
 /// How long DEL waits for a VF netdev to come back to the host after its netns died
 /// (the kernel returns physical netdevs to init_net from the netns cleanup work, which
-/// can take seconds on a busy node). Past it DEL keeps the journal and answers code 11.
+/// can take seconds on a busy node). Past it DEL re-creates the netdev by rebinding the
+/// VF's driver (`recover_by_rebind`).
 pub const RETURN_WAIT: Duration = Duration::from_secs(5);
 
 /// Moves the recorded netdev into the pod (ADD) and records its pod ifindex in step `i`
@@ -105,10 +108,18 @@ fn move_in(cx: &mut Apply, j: &Journal, id: &NetdevId) -> Result<u32, StepFailur
 }
 
 /// Brings the VF netdev back to the host under its original name and admin state,
-/// proving its identity first; waits (bounded) for the kernel to return it when the pod
-/// netns is gone. Errors: not found in the live pod nor in the host (the pod moved it
-/// elsewhere), or not returned in time (code 11): the journal stays.
+/// proving its identity first. With the pod netns gone, waits (bounded by
+/// `host.return_wait`) for the kernel to return it; one that did not come back
+/// (destroyed with the netns, as netdevs with `rtnl_link_ops` but no `netns_refund` are
+/// by `default_device_exit_net()` in net/core/dev.c; deleted in the pod before it died,
+/// or on the host) is re-created by [`recover_by_rebind`].
+///
+/// Errors: a live pod whose netdev is neither in it nor in the host (code 102); a
+/// netlink failure; the rebind lock not taken in time (code 11): the journal stays and
+/// DEL can be retried.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn undo(
+    ctx: &Ctx,
     host: &Host,
     j: &Journal,
     id: &NetdevId,
@@ -118,7 +129,6 @@ pub(super) fn undo(
     pod: &PodNs,
 ) -> Result<(), CniError> {
     let vf = j.vf.to_string();
-    let return_wait = host.return_wait;
     if let PodNs::Live(p) = pod {
         let pnl = p.nl()?;
         if let Some(l) = find_in_pod(pnl, id, pod_ifindex, &vf)? {
@@ -130,7 +140,8 @@ pub(super) fn undo(
                 Err(e) if e.errno == EEXIST => {
                     // Either nothing moved (its pod name and the original name are both
                     // taken in the host), or it moved under its pod name and the rename
-                    // failed (move and rename are not atomic in `do_setlink()`).
+                    // failed (move and rename are not atomic in `do_setlink()`): then the
+                    // host lookup below finds it and gives it the fallback name.
                     let still_here = pnl
                         .link_by_index(l.index)?
                         .is_some_and(|x| same_device(&x, id, &vf));
@@ -148,11 +159,38 @@ pub(super) fn undo(
         }
     }
     let wait = match pod {
-        PodNs::Gone => return_wait,
+        PodNs::Gone => host.return_wait,
         PodNs::Live(_) => Duration::ZERO,
     };
-    // Woken by the kernel's link notifications (subscribed before the first look, so
-    // the return cannot slip between a look and the wait), not by a timer.
+    if let Some(l) = wait_in_host(host, j, id, wait)? {
+        return fix_name_and_state(host, j.vf, &l, host_name, host_up);
+    }
+    if let PodNs::Live(p) = pod {
+        // Not recovered by a rebind: the netdev may live on in a netns the pod moved
+        // it to (another pod's, even), and the pod can still give it back.
+        return Err(CniError::host(format!(
+            "the netdev of VF {vf} ({}) is neither in the pod netns {} nor in the host: the pod may have moved it to another network namespace; the journal is kept and DEL completes once it is back, or once the pod netns is gone",
+            id.hwaddr,
+            p.ns.path().display()
+        )));
+    }
+    let why = format!(
+        "its netdev ({}) did not come back to the host within {} ms of the pod netns' end (destroyed with it, or deleted)",
+        id.hwaddr,
+        wait.as_millis()
+    );
+    recover_by_rebind(ctx, host, j, id, host_name, host_up, &why)
+}
+
+/// Looks for the VF's netdev in the host, waiting up to `wait` for it: woken by the
+/// kernel's link notifications (subscribed before the first look, so a return cannot
+/// slip between a look and the wait), not by a timer.
+fn wait_in_host(
+    host: &Host,
+    j: &Journal,
+    id: &NetdevId,
+    wait: Duration,
+) -> Result<Option<crate::netlink::Link>, CniError> {
     let mut events = if wait.is_zero() {
         None
     } else {
@@ -161,30 +199,82 @@ pub(super) fn undo(
     let deadline = Instant::now() + wait;
     loop {
         if let Some(l) = find_in_host(host, j.vf, Some(id))? {
-            return fix_name_and_state(&host.nl, &l, host_name, host_up);
+            return Ok(Some(l));
         }
         match events.as_mut() {
             Some(ev) if Instant::now() < deadline => {
                 ev.wait(deadline);
             }
-            _ => break,
+            _ => return Ok(None),
         }
     }
-    match pod {
-        PodNs::Live(p) => Err(CniError::host(format!(
-            "the netdev of VF {vf} ({}) is neither in the pod netns {} nor in the host: the pod may have moved it to another network namespace; the journal is kept and DEL completes once it is back",
-            id.hwaddr,
-            p.ns.path().display()
-        ))),
-        PodNs::Gone => {
-            if host.sysfs.driver(j.vf).ok().flatten().is_none() {
-                log::warn!("VF {vf} has no driver bound: no netdev can come back to the host");
-                return Ok(());
-            }
-            Err(CniError::try_later(format!(
-                "the kernel has not returned the netdev of VF {vf} from the deleted pod netns within {} s (netns cleanup is slow under load); the journal is kept: retry DEL",
-                return_wait.as_secs()
-            )))
+}
+
+/// Re-creates the netdev of VF `j.vf` in the host by rebinding the VF's driver (sysfs
+/// `/sys/bus/pci/drivers/<driver>/{unbind,bind}`: the unbind tears the netdev down
+/// wherever it is, the probe creates it in the initial netns), under the node-wide
+/// rebind lock, then gives it its original name and admin state. Bounded: the rebind
+/// lock's `lockTimeoutMs`, the writes, and [`crate::plugin::NETDEV_WAIT`] for the netdev.
+///
+/// Nothing of the attachment is left on a VF that has no driver, that no longer exists
+/// (`sriov_numvfs` changed), whose rebind fails or whose driver brings no netdev back in
+/// time: each is logged and the undo goes on (`Ok`), so DEL and GC finish.
+///
+/// Errors: the rebind lock not taken in time (code 11), a netlink failure naming the
+/// re-created netdev (code 102).
+fn recover_by_rebind(
+    ctx: &Ctx,
+    host: &Host,
+    j: &Journal,
+    id: &NetdevId,
+    host_name: &str,
+    host_up: bool,
+    why: &str,
+) -> Result<(), CniError> {
+    let vf = j.vf;
+    let driver = match host.sysfs.driver(vf) {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            log::warn!("VF {vf}: {why}; it has no driver bound, so no netdev can come back: nothing of {}/{} is left on it", j.container_id, j.ifname);
+            return Ok(());
+        }
+        Err(e) => {
+            log::warn!(
+                "VF {vf}: {why}; the VF itself is gone ({e}): nothing of {}/{} is left on it",
+                j.container_id,
+                j.ifname
+            );
+            return Ok(());
+        }
+    };
+    let _rebind = ctx.lock_rebind()?;
+    // It may have come back while the lock was awaited.
+    if let Some(l) = find_in_host(host, vf, Some(id))? {
+        return fix_name_and_state(host, vf, &l, host_name, host_up);
+    }
+    log::warn!("VF {vf}: {why}; re-creating it: recovery rebind of VF {vf} ({driver})");
+    hit("del.recovery_rebind")?;
+    if let Err(e) = rebind_driver(host.sysfs, vf) {
+        log::warn!(
+            "recovery rebind of VF {vf} failed: {e}; nothing of {}/{} is left on it",
+            j.container_id,
+            j.ifname
+        );
+        return Ok(());
+    }
+    match netdev_after_rebind(host, vf) {
+        Ok(l) => {
+            fix_name_and_state(host, vf, &l, host_name, host_up)?;
+            log::info!("recovery rebind of VF {vf}: its netdev is back in the host");
+            Ok(())
+        }
+        Err(e) => {
+            log::warn!(
+                "recovery rebind of VF {vf}: the driver brought no netdev back ({e}); nothing of {}/{} is left on it",
+                j.container_id,
+                j.ifname
+            );
+            Ok(())
         }
     }
 }

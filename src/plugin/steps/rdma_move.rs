@@ -70,7 +70,7 @@ pub(super) fn undo(
         // original name and state again.
         if let Some((_, host_name, host_up, _)) = j.netdev() {
             if let Some(l) = find_in_host(host, j.vf, None)? {
-                fix_name_and_state(&host.nl, &l, host_name, host_up)?;
+                fix_name_and_state(host, j.vf, &l, host_name, host_up)?;
             }
         }
     }
