@@ -226,7 +226,15 @@ pub(super) fn fix_name_and_state(
         link = now;
         match holder {
             Some(h) if h.index == link.index => break, // udev named it first
-            None => {}                                 // the holder left: retry
+            // The holder left: retry (bounded, in case the name keeps reading as free).
+            None if Instant::now() < deadline => {}
+            None => {
+                log::warn!(
+                    "renaming {} to {orig} keeps failing ({err}) though no link holds the name; it keeps its name",
+                    link.name
+                );
+                break;
+            }
             Some(h) if is_own_netdev(host, vf, &h) => {
                 if Instant::now() >= deadline {
                     log::warn!(
