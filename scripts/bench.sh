@@ -71,18 +71,19 @@
 # missed target (or a failed row) exit 1; otherwise the exit code only reports
 # failed rows.
 #
-# --store STORE (env BENCH_STORE) says where the stateDir and IPAM stores of every row
-# live (only those: the emulated sysfs tree and the plugins' stdin/stdout/stderr files
-# stay in a work dir on tmpfs, /dev/shm, as sysfs and the runtime's pipes are in
-# memory). Default `loop-ext4`: a journaled ext4 (mkfs.ext4 defaults, what a node's
+# --store STORE (env BENCH_STORE) says where the IPAM stores of every row live (only
+# those: ours' stateDir, as the plugin's default /run/ib-sriov, the emulated sysfs tree
+# and the plugins' stdin/stdout/stderr files stay in a work dir on tmpfs, /dev/shm, as
+# /run, sysfs and the runtime's pipes are in memory). Default `loop-ext4`: a journaled ext4 (mkfs.ext4 defaults, what a node's
 # /var/lib/cni usually sits on) made for the run on a loop device (direct I/O) over a
 # 1 GiB file in /var/tmp, removed after. Or `ram-ext4`: the same over a file in
 # /dev/shm, buffered (ext4's journal and metadata work without a device's flush
 # latency), `tmpfs` (/dev/shm), or a directory (also env BENCH_TMPDIR). The store
-# decides what the durable write costs: ours fsyncs once per ADD+DEL (the plan: one
-# journal commit; on loop-ext4 here 1.3-1.8 ms inside fsync(2), and 4.5 ms of wall per
-# cycle against a build without it in one run), host-local never, and the floor has no
-# store, so on a disk the wall-versus-floor ratio includes the disk's flush latency.
+# decides what the IPAM writes cost; no row fsyncs (ours' journal lives on tmpfs and
+# dies with the boot it describes; its IPAM records are stamped with their boot, not
+# synced; host-local never syncs), and the report counts each plugin row's sync calls
+# per ADD+DEL cycle with strace -f -c. (Until the journal moved to /run, ours fsynced
+# the plan once per cycle: 4.5 ms of wall on loop-ext4 here against a build without.)
 # The report names the store's filesystem, device, loop backing, mount options and,
 # for ext4, whether it has a journal. Not the default: this lab VM's / (so /tmp), an
 # ext4 WITHOUT a journal, mounted `discard`, where every fsync writes the inode and its
@@ -95,7 +96,7 @@
 #
 # Needs root. Installs missing Debian packages (scripts/deps.sh bench demo:
 # iproute2, jq, containernetworking-plugins, python3, and mount, e2fsprogs and
-# util-linux for losetup, mkfs.ext4 and findmnt). Row "ours" builds the
+# util-linux for losetup, mkfs.ext4 and findmnt, and strace for the sync counts). Row "ours" builds the
 # static release plugin (scripts/build.sh) and the emuhost example first (skipped with
 # BENCH_SKIP_BUILD=1; IB_SRIOV_BIN and EMUHOST_BIN override the two paths).
 set -euo pipefail
@@ -373,7 +374,10 @@ if want ours; then
         r_pod[ours]="$pod_ours"
         vf_netdevs_down "$tmp/emu.json"
         add_ns "$pod_ours"
-        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$sdir/state" --arg ipam "$sdir/ipam-ours" \
+        # Ours' stateDir on tmpfs, as the plugin's default /run/ib-sriov is on a node
+        # (journals live as long as the kernel state they describe); its IPAM dataDir on
+        # the store, as /var/lib/cni/networks is.
+        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$sdir/ipam-ours" \
             '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
               ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}' >"${r_conf[ours]}"
         echo "bench: ours: VF $(jq -r '.vfs[0].addr' "$tmp/emu.json"), netdev ${r_dev[ours]} in netns ${r_host[ours]}" >&2
@@ -444,7 +448,7 @@ if ((scale)); then
     floor_ms=$(median 1 "$tmp/floor.w")
     echo
     echo "Scale: medians over $cycles cycles (concurrent: over batches; gc: 3 runs; untimed random gap 0-$gap_ms ms before each timed ADD and DEL of pool, attach, vfindex and the floor), $(nproc) cores, kernel $(uname -r); kernel floor of one ADD+DEL (moves with renames and the link-up, as the floor row): $floor_ms ms wall"
-    echo "store (stateDir and IPAM dataDir of every row): $store_text"
+    echo "store (IPAM dataDir of every row; ours' stateDir is on tmpfs, as /run/ib-sriov): $store_text"
     printf '%-18s %14s %14s %14s %14s %8s\n' "what grows" "ours wall ms" "ours CPU ms" "h-d wall ms" "h-d CPU ms" "CPU x"
     jq -rs 'group_by(.scenario + " " + (.level|tostring)) | sort_by(.[0].scenario, .[0].level) | .[] |
         (map(select(.row=="ours"))[0]) as $o | (map(select(.row=="hostdevice"))[0]) as $h |
@@ -522,7 +526,7 @@ declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-dev
     [bare]="bare moves: 2x ip link netns")
 echo
 echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each, untimed random gap 0-$gap_ms ms before each call), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
-echo "store (stateDir and IPAM dataDir of every row): $store_text"
+echo "store (IPAM dataDir of every row; ours' stateDir is on tmpfs, as /run/ib-sriov): $store_text"
 printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
 for r in ours hostdevice floor moves bare; do
     want "$r" || continue
@@ -567,13 +571,42 @@ if [[ -n "${ran[floor]-}" ]]; then
     done
 fi
 
+# Sync calls of one ADD+DEL cycle per row with a plugin (strace -f -c), after the
+# timed rounds so the tracing costs nothing measured.
+declare -A syncs=()
+count_syncs() { # count_syncs <row>: fsync, fdatasync, sync, syncfs, sync_file_range, msync
+    local r="$1" c n=0 env_extra=() bin
+    case "$r" in
+    ours) bin="$ours_bin" env_extra=(IB_SRIOV_SYSFS_ROOT="$BENCH_SYSFS_ROOT") ;;
+    hostdevice) bin=/usr/lib/cni/host-device ;;
+    esac
+    for c in ADD DEL; do
+        ip netns exec "${r_host[$r]}" env CNI_COMMAND=$c CNI_CONTAINERID=bench-sync CNI_NETNS="/var/run/netns/${r_pod[$r]}" \
+            CNI_IFNAME=net1 CNI_PATH=/usr/lib/cni "${env_extra[@]}" \
+            strace -f -c -o "$tmp/strace.$c" -e trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync \
+            "$bin" <"${r_conf[$r]}" >/dev/null 2>&1 || return 1
+        n=$((n + $(awk '$NF ~ /^(fsync|fdatasync|sync|syncfs|sync_file_range|msync)$/ { s += $4 } END { print s + 0 }' "$tmp/strace.$c")))
+    done
+    echo "$n"
+}
+if command -v strace >/dev/null; then
+    for r in ours hostdevice; do
+        [[ -n "${ran[$r]-}" ]] || continue
+        if n=$(count_syncs "$r"); then
+            syncs[$r]=$n
+            printf 'sync calls per ADD+DEL cycle (strace -f -c), %-10s %8s\n' "$r:" "$n"
+        fi
+    done
+fi
+
 if [[ -n "$json_out" ]]; then
     {
         for r in ours hostdevice floor moves bare; do
             [[ -n "${ran[$r]-}" ]] || continue
             jq -n --arg row "$r" --argjson wall "${wall[$r]}" --argjson min "${wmin[$r]}" --argjson add "${add[$r]}" \
-                --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" \
-                '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu}'
+                --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" --arg syncs "${syncs[$r]-}" \
+                '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu,
+                  syncs_per_cycle:(if $syncs == "" then null else ($syncs|tonumber) end)}'
         done
     } | jq -s --argjson cycles "$cycles" --argjson warmup "$warmup" --argjson rounds "$rounds" --arg kernel "$(uname -r)" \
         --arg store "$store_text" \

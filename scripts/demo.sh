@@ -194,7 +194,7 @@ left() { # left <dir> <find-args...>: the entries left in dir, or "none"
 }
 echo "journals left in stateDir: $(left "$tmp/state" ! -name locks ! -name vfs)"
 echo "holder links left in stateDir/vfs: $(left "$tmp/state/vfs")"
-echo "addresses left in the IPAM dataDir: $(left "$tmp/ipam/ibdemo" ! -name lock ! -name 'last_reserved_ip*')"
+echo "addresses left in the IPAM dataDir: $(left "$tmp/ipam/ibdemo" ! -name lock ! -name boot_id ! -name 'last_reserved_ip*')"
 host_state >"$tmp/host.after"
 if diff -u "$tmp/host.before" "$tmp/host.after" >"$tmp/host.diff"; then
     echo "${green}host exactly as before ADD: $(grep -c ifindex "$tmp/host.after") links (index, name, state, MTU, MAC, addresses) and $(grep -c sriov/ "$tmp/host.after") OFED files compared${off}"

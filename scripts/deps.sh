@@ -40,10 +40,10 @@ BPO_LIST=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
 packages() {
     case "$1" in
     demo) echo "-:iproute2 -:jq" ;;
-    test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils" ;;
+    test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils -:strace" ;;
     lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
-    bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux" ;;
+    bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;
     *)
         echo "deps.sh: unknown group '$1' (demo, test, lab, image, bench)" >&2
         exit 2

@@ -10,8 +10,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// Default directory of per-attachment journals and per-VF locks.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/ib-sriov";
+/// Default directory of per-attachment journals and per-VF locks: `/run` is a tmpfs on
+/// every systemd node (systemd's file-hierarchy(7)), emptied at boot exactly when the
+/// kernel state the journals describe (netns and RDMA moves, VF GUIDs and link state)
+/// is gone.
+pub const DEFAULT_STATE_DIR: &str = "/run/ib-sriov";
+
+/// The default stateDir of earlier versions (and the Go plugin's cache directory): its
+/// journals are still read when `stateDir` is the default
+/// ([`crate::journal::JournalStore::with_legacy`]).
+pub const LEGACY_STATE_DIR: &str = "/var/lib/cni/ib-sriov";
 
 /// Default bound on waiting for a lock, in milliseconds.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 20_000;
@@ -109,7 +117,8 @@ pub struct NetConf {
     pub ipam: Option<Value>,
     /// `logLevel`: error|warn|info|debug|trace (default info).
     pub log_level: log::LevelFilter,
-    /// `logFile`: append log records here; stderr when absent.
+    /// `logFile`: append log records here; stderr when absent or unusable (as given,
+    /// unchecked: [`crate::logging::init`] decides).
     pub log_file: Option<PathBuf>,
     /// `stateDir`: journals and VF locks (default [`DEFAULT_STATE_DIR`]).
     pub state_dir: PathBuf,
@@ -249,11 +258,11 @@ impl NetConf {
     /// needs; in-process callers that know the verb use [`NetConf::parse_for`]).
     ///
     /// Every rule that makes a value safe to use is checked here, for every verb, before
-    /// anything touches the host: `name` ([`validate_name`]); `logFile`, `stateDir`,
+    /// anything touches the host: `name` ([`validate_name`]); `stateDir`,
     /// `runtimeConfig.CNIDeviceInfoFile` and the built-in IPAM's `ipam.dataDir` are
-    /// absolute paths without NUL; an existing `logFile` is a regular file that is not
-    /// stdout ([`crate::logging::check_log_file`]). (`ipam.type` naming this plugin is
-    /// refused where the delegate is looked up, [`crate::cni::Delegate::find`].)
+    /// absolute paths without NUL. `logFile` is never refused: one that cannot be used
+    /// sends the log to stderr ([`crate::logging::init`]). (`ipam.type` naming this
+    /// plugin is refused where the delegate is looked up, [`crate::cni::Delegate::find`].)
     ///
     /// Errors: code 6 when stdin is not a JSON object; code 1 for an unsupported
     /// `cniVersion`; code 7 for every invalid key, naming the key and the expected form.
@@ -405,11 +414,14 @@ impl NetConf {
                 ))),
             }
         };
-        let log_file = abs_path(rc.log_file.as_deref(), "logFile")?;
-        if let Some(p) = &log_file {
-            crate::logging::check_log_file(p)
-                .map_err(|e| CniError::config(format!("logFile {}: {e}", p.display())))?;
-        }
+        // Never refused: an unusable logFile (relative, a directory, a FIFO, a device, a
+        // symlink, stdout itself) sends the log to stderr with one warning
+        // ([`crate::logging::init`]); logging must not keep a pod's network from working.
+        let log_file = rc
+            .log_file
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
         let state_dir = abs_path(rc.state_dir.as_deref(), "stateDir")?
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let device_info_file = abs_path(
@@ -604,7 +616,6 @@ mod tests {
             ("rdmaIsolation", json!("true")),
             ("ibKubernetesEnabled", json!(1)),
             ("logLevel", json!("loud")),
-            ("logFile", json!("relative.log")),
             ("stateDir", json!("state")),
             ("ipam", json!("host-local")),
             ("ipam", json!({"type": 5})),
@@ -737,13 +748,8 @@ mod tests {
     }
 
     #[test]
-    fn paths_must_be_absolute_and_log_file_regular() {
-        for (k, bad) in [
-            ("logFile", "rel.log"),
-            ("logFile", "./x.log"),
-            ("stateDir", "state"),
-            ("stateDir", "../state"),
-        ] {
+    fn paths_must_be_absolute_but_log_file_is_never_refused() {
+        for (k, bad) in [("stateDir", "state"), ("stateDir", "../state")] {
             let mut v = base();
             v[k] = json!(bad);
             let e = parse(v).unwrap_err();
@@ -764,11 +770,18 @@ mod tests {
         let mut v = base();
         v["ipam"] = json!({"type": "host-local", "subnet": "10.0.0.0/24", "dataDir": "rel"});
         parse(v).unwrap();
-        for lf in ["/dev/null", "/dev/stdout", "/proc/self/fd/1", "/"] {
+        // logging::init falls back to stderr for these; the verb goes on.
+        for lf in [
+            "/dev/null",
+            "/dev/stdout",
+            "/proc/self/fd/1",
+            "/",
+            "rel.log",
+            "./x.log",
+        ] {
             let mut v = base();
             v["logFile"] = json!(lf);
-            let e = parse(v).unwrap_err();
-            assert!(e.code == 7 && e.msg.contains("logFile"), "{lf}: {e:?}");
+            assert_eq!(parse(v).unwrap().log_file, Some(PathBuf::from(lf)), "{lf}");
         }
     }
 

@@ -1,7 +1,7 @@
 //! Per-attachment journal: one JSON file per (containerID, ifname) in `stateDir`, and a
 //! per-VF holder link naming the journal that holds the VF.
 //!
-//! ADD writes the journal durably before its first host change: the VF, the pod netns
+//! ADD writes the journal before its first host change: the VF, the pod netns
 //! (path and nsfs identity), the configuration as received (so DEL can release the IPAM
 //! allocation with ADD's own IPAM configuration, whatever DEL is given), and the plan: the
 //! typed [`Step`]s it is about to take, each carrying what its undo needs (original and
@@ -20,10 +20,21 @@
 //!
 //! Holder links: `<stateDir>/vfs/<VF BDF>` is a symlink whose target is the file name of
 //! the journal holding the VF, so finding a VF's holder reads one link and one journal.
-//! Written under the per-VF lock before the journal, and left in place when the journal
-//! goes: a link whose journal does not exist, or names another VF, is stale (free VF).
+//! Written under the per-VF lock before the journal, and removed after it by the last DEL
+//! ([`JournalStore::remove_holder`]): a link whose journal does not exist, or names
+//! another VF, is stale (free VF).
+//!
+//! Lifetime: a journal describes kernel state (netns and RDMA moves, PF-side VF GUIDs
+//! and link state), all of which a reboot ends, so it lives as long as that state does:
+//! in `/run/ib-sriov` by default (tmpfs on systemd nodes, emptied at boot), written
+//! without fsync (a killed process loses nothing, the page cache keeps its writes; a
+//! power loss takes the journal and everything it describes), and stamped with the
+//! boot it was written in ([`Journal::boot_id`]): one from another boot (an on-disk
+//! `stateDir`) is stale, and DEL and GC drop it without touching the VF. Journals of
+//! earlier versions in the old default `/var/lib/cni/ib-sriov` are still read, removed
+//! and counted as holders ([`JournalStore::with_legacy`]), never written there.
 
-use crate::fsutil::{atomic_write, replace_nosync};
+use crate::fsutil::{create_new, replace_nosync};
 use crate::types::{Guid, LinkState, PciAddress, VfIndex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -194,9 +205,14 @@ pub struct Journal {
     pub conf: serde_json::Value,
     /// The plan: steps ADD takes, in order, recorded before the first of them runs.
     pub steps: Vec<Step>,
-    /// True once ADD completed (written without fsync: after a crash it may read
-    /// false, which only makes CHECK fail and DEL undo what it would undo anyway).
+    /// True once ADD completed (after a process kill it may read false, which only
+    /// makes CHECK fail and DEL undo what it would undo anyway).
     pub complete: bool,
+    /// The boot the journal was written in (`/proc/sys/kernel/random/boot_id`,
+    /// [`crate::boot::id`]); absent in journals of earlier versions (then taken as
+    /// this boot's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 impl Journal {
@@ -282,12 +298,34 @@ impl std::error::Error for JournalError {}
 #[derive(Debug, Clone)]
 pub struct JournalStore {
     dir: PathBuf,
+    /// A directory of older journals, read but never written ([`JournalStore::with_legacy`]).
+    legacy: Option<PathBuf>,
 }
 
 impl JournalStore {
     /// A store rooted at `dir` (created on first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        JournalStore { dir: dir.into() }
+        JournalStore {
+            dir: dir.into(),
+            legacy: None,
+        }
+    }
+
+    /// A store rooted at `dir` that also reads the journals and holder links of
+    /// `legacy` (the previous default stateDir, `/var/lib/cni/ib-sriov`, where earlier
+    /// versions journaled): a journal there is loaded, listed, counted as its VF's
+    /// holder and removed like one in `dir`; everything new is written to `dir`.
+    pub fn with_legacy(dir: impl Into<PathBuf>, legacy: impl Into<PathBuf>) -> Self {
+        let (dir, legacy) = (dir.into(), legacy.into());
+        JournalStore {
+            legacy: (legacy != dir).then_some(legacy),
+            dir,
+        }
+    }
+
+    /// `dir`, then the legacy directory if any.
+    fn dirs(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.dir.as_path()).chain(self.legacy.as_deref())
     }
 
     /// The directory.
@@ -341,18 +379,27 @@ impl JournalStore {
         move |e| JournalError::Io(p.clone(), e)
     }
 
-    /// Writes the journal atomically and durably (survives a machine crash: the plan
-    /// must be on disk before the first host change it describes).
+    /// Rewrites the journal atomically (readers see the old or the new content, never a
+    /// mix), without fsync: for facts learnt while a step runs (a netdev's new identity
+    /// after a rebind, its pod ifindex, completion). A killed process loses nothing (the
+    /// page cache keeps the write); a machine crash ends every pod netns, RDMA move and
+    /// PF-side VF setting the journal describes, and the boot stamp makes a journal that
+    /// survives it (an on-disk `stateDir`) stale.
     pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
-        self.write(j, true)
+        let path = self.path(&j.container_id, &j.ifname);
+        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
+        let data = serde_json::to_vec_pretty(j)
+            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        replace_nosync(&path, &data).map_err(self.io(&path))
     }
 
-    /// Writes the journal of a new attachment (ADD's plan) atomically and durably, only
-    /// if the attachment has none ([`crate::fsutil::create_new`]): of two ADDs of one
+    /// Writes the journal of a new attachment (ADD's plan) atomically, before its first
+    /// host change, only if the attachment has none ([`crate::fsutil::create_new`];
+    /// not fsync'd, as [`JournalStore::save`] says why): of two ADDs of one
     /// (containerID, ifname) racing on two VFs, only one journals its plan, so neither
     /// overwrites the other's (which would leave that one's VF in the pod with no
-    /// journal). An empty file there (a plan a machine crash cut short, read as absent
-    /// by [`JournalStore::load`]) is replaced.
+    /// journal). An empty file there (what a machine crash can leave of an unsynced
+    /// write, read as absent by [`JournalStore::load`]) is replaced.
     ///
     /// Errors: [`JournalError::Exists`] when a journal appeared since the caller looked;
     /// I/O errors naming the file.
@@ -361,7 +408,7 @@ impl JournalStore {
         std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
         let data = serde_json::to_vec_pretty(j)
             .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
-        match crate::fsutil::create_new(&path, &data, true) {
+        match create_new(&path, &data, false) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match Self::load_path(&path)? {
                 None => self.save(j),
@@ -371,46 +418,26 @@ impl JournalStore {
         }
     }
 
-    /// Rewrites the journal atomically but without fsync: for facts learnt while a
-    /// step runs (a netdev's new identity after a rebind, its pod ifindex, completion),
-    /// whose loss in a machine crash only makes the undo search instead of look up;
-    /// a process crash (SIGKILL) loses nothing, the page cache survives it.
-    pub fn save_nosync(&self, j: &Journal) -> Result<(), JournalError> {
-        self.write(j, false)
-    }
-
-    fn write(&self, j: &Journal, durable: bool) -> Result<(), JournalError> {
-        let path = self.path(&j.container_id, &j.ifname);
-        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
-        let data = serde_json::to_vec_pretty(j)
-            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
-        if durable {
-            // fsync of the file and the directory: the plan must survive a machine
-            // crash that happens after the first host change it describes (a GUID set
-            // on the PF outlives the reboot; without the journal nothing restores it).
-            atomic_write(&path, &data)
-        } else {
-            replace_nosync(&path, &data)
-        }
-        .map_err(self.io(&path))
-    }
-
     /// Loads the journal of (containerID, ifname); `Ok(None)` when there is none, or when
     /// the file is empty (a plan a machine crash cut short, [`crate::fsutil::is_unwritten`]).
     /// The file is opened without following a symlink, must be a regular file, is read
     /// up to [`MAX_JOURNAL_BYTES`], and must name this very attachment.
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Journal>, JournalError> {
-        let path = self.path(container_id, ifname);
-        let Some(j) = Self::load_path(&path)? else {
-            return Ok(None);
-        };
-        if j.container_id != container_id || j.ifname != ifname {
-            return Err(JournalError::Mismatch {
-                path,
-                found: (j.container_id, j.ifname),
-            });
+        let name = Self::file_name(container_id, ifname);
+        for dir in self.dirs() {
+            let path = dir.join(&name);
+            let Some(j) = Self::load_path(&path)? else {
+                continue;
+            };
+            if j.container_id != container_id || j.ifname != ifname {
+                return Err(JournalError::Mismatch {
+                    path,
+                    found: (j.container_id, j.ifname),
+                });
+            }
+            return Ok(Some(j));
         }
-        Ok(Some(j))
+        Ok(None)
     }
 
     fn load_path(p: &Path) -> Result<Option<Journal>, JournalError> {
@@ -468,16 +495,19 @@ impl JournalStore {
     /// Removes the journal of (containerID, ifname); `Ok(false)` when there was none.
     /// Temp files of killed writers are left to GC ([`JournalStore::sweep_temps`]).
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<bool, JournalError> {
-        let p = self.path(container_id, ifname);
+        let name = Self::file_name(container_id, ifname);
+        let mut removed = false;
         // Not fsync'd (no directory fsync): a removal lost in a machine crash brings
-        // back a journal whose undo is already done; every undo checks the state first
-        // and leaves a VF that a newer attachment holds alone, so running it again is
-        // harmless. The fsync cost ~0.5 ms per attachment in GC.
-        match std::fs::remove_file(&p) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(JournalError::Io(p, e)),
+        // back a journal of another boot, which DEL and GC drop without touching the VF.
+        for dir in self.dirs() {
+            let p = dir.join(&name);
+            match std::fs::remove_file(&p) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(JournalError::Io(p, e)),
+            }
         }
+        Ok(removed)
     }
 
     /// Removes the temp files (`.<journal>.tmp.<pid>`) that writers killed mid-write
@@ -516,17 +546,33 @@ impl JournalStore {
     /// Entries that are not journals (`locks`, `vfs`, temp files starting with `.`,
     /// names without `:`, such as the Go plugin's cache files) are not read.
     pub fn list(&self) -> Result<(Vec<Journal>, Vec<JournalError>), JournalError> {
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Default::default()),
-            Err(e) => return Err(JournalError::Io(self.dir.clone(), e)),
-        };
         let (mut ok, mut bad) = (Vec::new(), Vec::new());
+        let mut seen = std::collections::HashSet::new();
+        for dir in self.dirs() {
+            self.list_dir(dir, &mut seen, &mut ok, &mut bad)?;
+        }
+        Ok((ok, bad))
+    }
+
+    /// The journals of one directory (names in `seen` skipped and added), for
+    /// [`JournalStore::list`].
+    fn list_dir(
+        &self,
+        dir: &Path,
+        seen: &mut std::collections::HashSet<String>,
+        ok: &mut Vec<Journal>,
+        bad: &mut Vec<JournalError>,
+    ) -> Result<(), JournalError> {
+        let rd = match std::fs::read_dir(dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(JournalError::Io(dir.to_path_buf(), e)),
+        };
         for ent in rd {
-            let ent = ent.map_err(self.io(&self.dir))?;
+            let ent = ent.map_err(self.io(dir))?;
             let name = ent.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('.') || !name.contains(':') {
+            if name.starts_with('.') || !name.contains(':') || !seen.insert(name.to_string()) {
                 continue;
             }
             match Self::load_path(&ent.path()) {
@@ -539,7 +585,7 @@ impl JournalStore {
                 Err(e) => bad.push(e),
             }
         }
-        Ok((ok, bad))
+        Ok(())
     }
 
     /// Records that the journal of (containerID, ifname) holds `vf`: the holder link
@@ -583,21 +629,24 @@ impl JournalStore {
         container_id: &str,
         ifname: &str,
     ) -> Result<bool, JournalError> {
-        let link = self.holder_link_path(vf);
-        match std::fs::read_link(&link) {
-            Ok(t) if t.as_os_str() == Self::file_name(container_id, ifname).as_str() => {
-                match std::fs::remove_file(&link) {
-                    Ok(()) => Ok(true),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                    Err(e) => Err(JournalError::Io(link, e)),
-                }
+        let mine = Self::file_name(container_id, ifname);
+        let mut removed = false;
+        for dir in self.dirs() {
+            let link = dir.join("vfs").join(vf.to_string());
+            match std::fs::read_link(&link) {
+                Ok(t) if t.as_os_str() == mine.as_str() => match std::fs::remove_file(&link) {
+                    Ok(()) => removed = true,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(JournalError::Io(link, e)),
+                },
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                // EINVAL: not a symlink (nothing this store wrote); left alone.
+                Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
+                Err(e) => return Err(JournalError::Io(link, e)),
             }
-            Ok(_) => Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            // EINVAL: not a symlink (nothing this store wrote); left alone.
-            Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => Ok(false),
-            Err(e) => Err(JournalError::Io(link, e)),
         }
+        Ok(removed)
     }
 
     /// The attachment holding `vf` other than `except`, from the holder link: its
@@ -611,23 +660,26 @@ impl JournalStore {
         vf: PciAddress,
         except: (&str, &str),
     ) -> Result<Option<Result<Journal, JournalError>>, JournalError> {
-        let link = self.holder_link_path(vf);
         let mine = Self::file_name(except.0, except.1);
-        match std::fs::read_link(&link) {
-            Ok(target) => {
-                let name = target.to_string_lossy().into_owned();
-                if name == mine || name.contains('/') || name.starts_with('.') {
-                    return Ok(None);
+        for dir in self.dirs() {
+            let link = dir.join("vfs").join(vf.to_string());
+            match std::fs::read_link(&link) {
+                Ok(target) => {
+                    let name = target.to_string_lossy().into_owned();
+                    if name == mine || name.contains('/') || name.starts_with('.') {
+                        continue;
+                    }
+                    match Self::load_path(&dir.join(&name)) {
+                        Ok(Some(j)) if j.vf == vf => return Ok(Some(Ok(j))),
+                        Ok(Some(_)) | Ok(None) => {} // stale link
+                        Err(e) => return Ok(Some(Err(e))),
+                    }
                 }
-                match Self::load_path(&self.dir.join(&name)) {
-                    Ok(Some(j)) if j.vf == vf => Ok(Some(Ok(j))),
-                    Ok(Some(_)) | Ok(None) => Ok(None), // stale link
-                    Err(e) => Ok(Some(Err(e))),
-                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(JournalError::Io(link, e)),
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(JournalError::Io(link, e)),
         }
+        Ok(None)
     }
 }
 
@@ -679,6 +731,7 @@ mod tests {
                 },
             ],
             complete: false,
+            boot_id: None,
         }
     }
 
@@ -737,6 +790,56 @@ mod tests {
         assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
         s.save(&sample("c1", "0000:af:00.4")).unwrap();
         assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
+    }
+
+    /// The default store also reads the old default directory: a journal there is
+    /// loaded, listed, holds its VF and is removed like one of the store's own; new
+    /// journals and links go to the store's directory only.
+    #[test]
+    fn the_legacy_directory_is_read_and_cleaned_but_never_written() {
+        let d = tempfile::tempdir().unwrap();
+        let (new, old) = (d.path().join("run"), d.path().join("var"));
+        let legacy = JournalStore::new(&old);
+        let j = sample("c1", "0000:af:00.2");
+        legacy.save(&j).unwrap();
+        let vf = "0000:af:00.2".parse().unwrap();
+        legacy.set_holder(vf, "c1", "net1").unwrap();
+        let s = JournalStore::with_legacy(&new, &old);
+        assert_eq!(s.load("c1", "net1").unwrap(), Some(j.clone()));
+        s.save(&sample("c2", "0000:af:00.3")).unwrap();
+        assert!(new.join("c2:net1").is_file() && !old.join("c2:net1").exists());
+        assert_eq!(s.list().unwrap().0.len(), 2);
+        let h = s.holder(vf, ("c9", "net1")).unwrap().unwrap().unwrap();
+        assert_eq!(h.container_id, "c1");
+        assert!(s.remove("c1", "net1").unwrap());
+        assert!(s.remove_holder(vf, "c1", "net1").unwrap());
+        assert!(!old.join("c1:net1").exists() && !old.join("vfs").join("0000:af:00.2").exists());
+        assert!(s.holder(vf, ("c9", "net1")).unwrap().is_none());
+        assert!(JournalStore::with_legacy(&new, &new).legacy.is_none());
+    }
+
+    /// `create` refuses to replace a journal (racing ADDs of one attachment), but
+    /// replaces the empty file a crash can leave; `remove_holder` removes only the link
+    /// that names the attachment.
+    #[test]
+    fn create_never_replaces_and_holders_go_with_their_journal() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        let a = sample("c1", "0000:af:00.2");
+        s.create(&a).unwrap();
+        let b = sample("c1", "0000:af:00.3");
+        assert!(matches!(s.create(&b), Err(JournalError::Exists(_))));
+        assert_eq!(s.load("c1", "net1").unwrap(), Some(a.clone()));
+        std::fs::write(s.path("c1", "net1"), b"").unwrap();
+        s.create(&b).unwrap();
+        assert_eq!(s.load("c1", "net1").unwrap(), Some(b));
+        let vf = "0000:af:00.3".parse().unwrap();
+        s.set_holder(vf, "c2", "net1").unwrap();
+        assert!(!s.remove_holder(vf, "c1", "net1").unwrap(), "names another");
+        s.set_holder(vf, "c1", "net1").unwrap();
+        assert!(s.remove_holder(vf, "c1", "net1").unwrap());
+        assert!(!s.holder_link_path(vf).exists());
+        assert!(!s.remove_holder(vf, "c1", "net1").unwrap());
     }
 
     /// The state a machine crash leaves when it comes between the rename and the fsync

@@ -8,6 +8,7 @@
 //!   [`fsutil`] (atomic writes, bounded locks); they know nothing of CNI.
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
 
+pub mod boot;
 pub mod cli;
 pub mod cni;
 pub mod config;

@@ -8,8 +8,8 @@
 //! another.
 //!
 //! Rules that keep log lines out of the result channel:
-//! - `logFile` must be an absolute path (checked in [`crate::config`]); if it exists it
-//!   must be a regular file other than stdout ([`check_log_file`], code 7 at parse time).
+//! - `logFile` is never a reason to fail a verb ([`crate::config`] does not check it):
+//!   it must be an absolute path and, if it exists, a regular file other than stdout.
 //!   [`init`] opens it with `O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 //!   O_NOCTTY | O_CLOEXEC` (mode 0600 when created) and checks again with `fstat`
 //!   (the file may have been replaced since): a symlink, FIFO, character device
@@ -19,10 +19,10 @@
 //!   e.g. a runtime that ran the plugin with `2>&1`) and not a terminal: the records are
 //!   then dropped rather than mixed into the result.
 
-use crate::fsutil::{file_kind, open_regular};
+use crate::fsutil::open_regular;
 use log::{LevelFilter, Log, Metadata, Record};
 use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, stat, FileStat};
+use nix::sys::stat::{fstat, FileStat};
 use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -131,35 +131,14 @@ impl Log for Logger {
     fn flush(&self) {}
 }
 
-/// The parse-time check of `logFile` (cheap, no file is created): when `path` exists it
-/// must be a regular file, itself (not a symlink: `lstat`), and not the file stdout
-/// writes to. A missing file is fine ([`init`] creates it).
-///
-/// Errors: a message saying what the path is (`"is a character device, not a regular
-/// file"`, `"is the plugin's stdout (the CNI result channel)"`), or the `lstat` error.
-pub fn check_log_file(path: &Path) -> Result<(), String> {
-    let md = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    use std::os::unix::fs::MetadataExt;
-    let kind = file_kind(md.mode());
-    if kind != "regular file" {
-        return Err(format!(
-            "is a {kind}, not a regular file (only a regular file receives the log)"
-        ));
-    }
-    if let (Ok(st), Ok(out)) = (stat(path), fstat(std::io::stdout().as_fd())) {
-        if same_file(&st, &out) {
-            return Err("is the plugin's stdout (the CNI result channel)".into());
-        }
-    }
-    Ok(())
-}
-
-/// Opens `logFile` for appending as the module docs describe; `Err` says why not.
+/// Opens `logFile` for appending as the module docs describe; `Err` says why not
+/// (`"is not an absolute path"`, `"is a directory, not a regular file"`, ...).
 fn open_log_file(path: &Path) -> Result<File, String> {
+    if !path.is_absolute() {
+        return Err(
+            "is not an absolute path (a plugin's working directory is the runtime's)".into(),
+        );
+    }
     let f = open_regular(
         path,
         OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT,
@@ -212,12 +191,14 @@ mod tests {
     }
 
     #[test]
-    fn log_file_check_refuses_what_is_not_a_regular_file() {
+    fn log_file_open_refuses_what_is_not_a_regular_file() {
         let d = tempfile::tempdir().unwrap();
-        check_log_file(&d.path().join("absent.log")).unwrap();
         let reg = d.path().join("ok.log");
         std::fs::write(&reg, "").unwrap();
-        check_log_file(&reg).unwrap();
+        open_log_file(&reg).unwrap();
+        assert!(open_log_file(Path::new("rel.log"))
+            .unwrap_err()
+            .contains("absolute"));
         let link = d.path().join("link.log");
         std::os::unix::fs::symlink(&reg, &link).unwrap();
         let fifo = d.path().join("fifo.log");
@@ -228,8 +209,6 @@ mod tests {
             (d.path(), "directory"),
             (Path::new("/dev/null"), "character device"),
         ] {
-            let e = check_log_file(p).unwrap_err();
-            assert!(e.contains(kind), "{p:?}: {e}");
             let e = open_log_file(p).unwrap_err();
             assert!(
                 e.contains(kind) || e.contains("symbolic link"),

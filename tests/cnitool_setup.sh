@@ -121,7 +121,7 @@ same_host() { # the host as before, no netns, libcni cache entry or temp config 
     check "temp NETCONFPATH ${conf:-?} removed" test -n "$conf" -a ! -e "${conf:-/}"
     check "no journal left" test -z "$(find "$tmp/state/ib-sriov" -maxdepth 1 -type f 2>/dev/null)"
     check "no IP allocation left" test -z "$(find "$tmp/state/networks" -mindepth 2 -maxdepth 2 \
-        -type f ! -name lock ! -name 'last_reserved_ip*' 2>/dev/null)"
+        -type f ! -name lock ! -name boot_id ! -name 'last_reserved_ip*' 2>/dev/null)"
 }
 
 echo "== DEVICE unset"

@@ -440,11 +440,14 @@ fn an_unreadable_journal_holds_its_vf_and_its_ip() {
 }
 
 /// The hostile pod's last move: its netns deleted while DEL runs. Whatever DEL saw, the
-/// VF ends up back (or its journal kept for the retry), never lost or duplicated.
+/// VF ends up back (or its journal kept for the retry), never lost or duplicated. A
+/// netdev destroyed with the netns (a veth is) is re-created by DEL's recovery rebind,
+/// through the emulated driver probe.
 #[test]
 fn pod_netns_deleted_while_del_runs() {
     let lab = Lab::default();
     let before = lab.host.snapshot();
+    let _probe = lab.host.probe_on_bind(&before);
     for round in 0..3 {
         let pod = lab.host.new_pod();
         let conf = lab.conf("1.0.0", 0);

@@ -522,13 +522,14 @@ fn a_fifo_or_a_namespace_of_another_type_as_cni_netns_fails_fast() {
     }
 }
 
-/// `logFile` must be a regular file: a character device (`/dev/stdout`, which would put
-/// log lines into the result), a FIFO (which would block), a directory or a symlink is
-/// code 7 for every verb, the symlink's target is not created, and stdout carries
-/// exactly one JSON document. With stderr joined to stdout (`2>&1`), log records are
-/// dropped rather than mixed into the result.
+/// An unusable `logFile` never fails a verb (issue 22): a character device
+/// (`/dev/stdout`, which would put log lines into the result), a FIFO (which would
+/// block), a directory, a symlink (its target is not created) or a relative path sends
+/// the log to stderr after exactly one warning, and ADD, CHECK, STATUS, GC and DEL all
+/// succeed, with stdout carrying only their results. With stderr joined to stdout
+/// (`2>&1`), log records are dropped rather than mixed into the result.
 #[test]
-fn log_file_must_be_a_regular_file_and_logs_never_reach_stdout() {
+fn an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout() {
     let lab = Lab::default();
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
@@ -546,31 +547,50 @@ fn log_file_must_be_a_regular_file_and_logs_never_reach_stdout() {
         PathBuf::from("/proc/self/fd/1"),
         fifo,
         link,
-        dir,
+        dir.clone(),
+        PathBuf::from("ib-sriov-relative.log"),
     ] {
-        for verb in VERBS {
+        let warned = |verb: &str, r: &Run| {
+            let n = r.stderr.matches("warning: cannot use logFile").count();
+            assert_eq!(n, 1, "{verb} {lf:?}: one warning on stderr: {}", r.stderr);
+        };
+        let t0 = Instant::now();
+        let mut c = conf_for(&lab, "ADD");
+        c["logFile"] = json!(lf);
+        let r = run_bounded(&lab, "ADD", "log", pod.netns(), &c, &[]);
+        warned("ADD", &r);
+        let res = r.expect_ok();
+        let addr = res["ips"][0]["address"].as_str().unwrap_or_default();
+        assert!(addr.starts_with("10.56.217."), "{lf:?}: {res}");
+        let mut check = conf_for(&lab, "CHECK");
+        check["logFile"] = json!(lf);
+        check["prevResult"] = res.clone();
+        let r = run_bounded(&lab, "CHECK", "log", pod.netns(), &check, &[]);
+        warned("CHECK", &r);
+        assert_eq!(r.stdout, "", "CHECK {lf:?}");
+        r.expect_ok();
+        for verb in ["STATUS", "GC"] {
             let mut c = conf_for(&lab, verb);
             c["logFile"] = json!(lf);
-            let t0 = Instant::now();
+            c["cni.dev/valid-attachments"] = json!([{"containerID": "log", "ifname": "net1"}]);
             let r = run_bounded(&lab, verb, "log", pod.netns(), &c, &[]);
-            assert!(t0.elapsed() < Duration::from_secs(2), "{verb} {lf:?}");
-            let lines = if verb == "DEL" { 0 } else { 1 };
-            assert_eq!(
-                r.stdout.lines().count(),
-                lines,
-                "{verb} {lf:?}: {}",
-                r.stdout
-            );
-            if let Some(j) = refused(verb, r, 7) {
-                let m = j["msg"].as_str().unwrap();
-                assert!(
-                    m.contains("logFile") && m.contains("not a regular file"),
-                    "{verb} {lf:?}: {j}"
-                );
-            }
-            nothing_created(&lab, &before, &format!("{verb} logFile {lf:?}"));
-            assert!(!target.exists(), "{verb}: symlink target created");
+            warned(verb, &r);
+            assert_eq!(r.stdout, "", "{verb} {lf:?}");
+            r.expect_ok();
         }
+        assert_eq!(lab.journals(), ["log:net1"], "GC kept the valid attachment");
+        let mut c = conf_for(&lab, "DEL");
+        c["logFile"] = json!(lf);
+        let r = run_bounded(&lab, "DEL", "log", pod.netns(), &c, &[]);
+        warned("DEL", &r);
+        assert_eq!(r.stdout, "", "DEL {lf:?}");
+        r.expect_ok();
+        assert!(t0.elapsed() < Duration::from_secs(10), "{lf:?}");
+        assert_eq!(lab.host.snapshot(), before, "{lf:?}");
+        assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+        assert!(!target.exists(), "symlink target created");
+        assert!(!Path::new("ib-sriov-relative.log").exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{lf:?}");
     }
 
     // stderr joined to stdout, logLevel debug, an ADD that logs and fails (unknown VF).
@@ -589,12 +609,14 @@ fn log_file_must_be_a_regular_file_and_logs_never_reach_stdout() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    nothing_created(&lab, &before, "2>&1");
+    assert_eq!(lab.host.snapshot(), before, "2>&1");
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
-/// Relative `dataDir`, `stateDir`, `logFile` and `runtimeConfig.CNIDeviceInfoFile` are
-/// code 7 for every verb (they would be resolved against the runtime's working
-/// directory), and nothing is created there or anywhere.
+/// Relative `dataDir`, `stateDir` and `runtimeConfig.CNIDeviceInfoFile` are code 7 for
+/// every verb (they would be resolved against the runtime's working directory), and
+/// nothing is created there or anywhere. (A relative `logFile` only sends the log to
+/// stderr: [`an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout`].)
 #[test]
 fn relative_paths_are_code_7_and_create_nothing() {
     let lab = Lab::default();
@@ -604,7 +626,6 @@ fn relative_paths_are_code_7_and_create_nothing() {
     for (key, set) in [
         ("dataDir", "ipam.dataDir"),
         ("stateDir", "stateDir"),
-        ("logFile", "logFile"),
         ("CNIDeviceInfoFile", "runtimeConfig.CNIDeviceInfoFile"),
     ] {
         for verb in VERBS {

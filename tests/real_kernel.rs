@@ -367,7 +367,12 @@ impl Plugin {
     fn allocations(&self) -> Vec<String> {
         list(&self.data().join(NET))
             .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip") && !n.starts_with('.'))
+            .filter(|n| {
+                n != "lock"
+                    && n != "boot_id"
+                    && !n.starts_with("last_reserved_ip")
+                    && !n.starts_with('.')
+            })
             .collect()
     }
 }

@@ -756,7 +756,7 @@ impl Soak {
                 stray.push(format!("{NETWORK}/{name}"));
                 continue;
             }
-            if name == "lock" || name.starts_with("last_reserved_ip.") {
+            if name == "lock" || name == "boot_id" || name.starts_with("last_reserved_ip.") {
                 continue;
             }
             let content = std::fs::read_to_string(net_dir.join(&name)).unwrap_or_default();
@@ -1218,7 +1218,12 @@ fn soak_parallel_add_del_with_kills_and_deleted_netns() {
     );
     let allocs: Vec<String> = list(&s.data.join(NETWORK))
         .into_iter()
-        .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip.") && !n.starts_with('.'))
+        .filter(|n| {
+            n != "lock"
+                && n != "boot_id"
+                && !n.starts_with("last_reserved_ip.")
+                && !n.starts_with('.')
+        })
         .collect();
     assert!(
         allocs.is_empty(),

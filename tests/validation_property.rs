@@ -39,7 +39,6 @@ fn catalogue() -> Vec<Defect> {
         Conf("/pkey", Some(json!("0x1ffff"))),
         Conf("/lockTimeoutMs", Some(json!(0))),
         Conf("/stateDir", Some(json!("relative/state"))),
-        Conf("/logFile", Some(json!("relative.log"))),
         Conf(
             "/runtimeConfig",
             Some(json!({"CNIDeviceInfoFile": "relative/devinfo.json"})),

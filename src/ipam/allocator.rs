@@ -56,6 +56,65 @@ pub struct AllocatedIp {
 }
 
 /// Validate the three caller-supplied names.
+/// The reboot leak of host-local (containernetworking/plugins#697 and #252: the runtime
+/// never sends DEL for pods that died with the node, so their records outlive the
+/// reboot until the range is exhausted), closed: under the network's exclusive lock,
+/// before an allocation, the store's boot marker ([`DiskStore::boot_marker`]) is
+/// compared with the running boot ([`crate::boot::id`]):
+/// - the same boot: nothing to do (one small read per allocation);
+/// - another boot: every record last written before this boot started
+///   ([`crate::boot::boot_time`], by the record's modification time) is freed, logged
+///   with how many; records written in this boot (by host-local sharing the store)
+///   stay; then the marker names this boot;
+/// - no marker (a store of host-local or of an earlier version, whose records may hold
+///   live pods of this very boot), an unreadable one, or an unknown running boot:
+///   nothing is freed and the marker is written (when the boot is known).
+///
+/// Writes are not fsync'd ([`DiskStore::set_boot_marker`] says why). A wall clock
+/// stepped forward after boot (`btime` follows it) could make a record written before
+/// the step look older than the boot: only records written before the first
+/// allocation after a reboot are compared at all, which on a node are those of pods
+/// that died with the earlier boot.
+///
+/// Errors: [`IpamError::Io`] naming the marker or a record that could not be removed.
+fn free_earlier_boots(store: &DiskStore, network: &str) -> Result<(), IpamError> {
+    let Some(now) = crate::boot::id() else {
+        return Ok(());
+    };
+    let marker = store.boot_marker()?;
+    match &marker {
+        Some(Some(m)) if m == now => return Ok(()),
+        Some(Some(other)) => {
+            let Some(booted) = crate::boot::boot_time() else {
+                log::warn!("network {network}: the store's allocations are of boot {other}, but the boot time is unreadable: none freed");
+                return store.set_boot_marker(now);
+            };
+            let mut freed = 0;
+            for r in store.scan()? {
+                let path = store.ip_path(r.ip);
+                let older = std::fs::symlink_metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < booted);
+                if older && store.remove(r.ip)? {
+                    freed += 1;
+                }
+            }
+            log::warn!(
+                "network {network}: first allocation since a reboot (the store's allocations are of boot {other}): freed {freed} allocation(s) of earlier boots"
+            );
+        }
+        Some(None) => log::warn!(
+            "network {network}: the boot marker in {} is unreadable; no allocation freed, marker rewritten",
+            store.dir().display()
+        ),
+        None => log::info!(
+            "network {network}: no boot marker yet in {}: allocations of unknown boot are kept",
+            store.dir().display()
+        ),
+    }
+    store.set_boot_marker(now)
+}
+
 fn validate_attachment(network: &str, container_id: &str, ifname: &str) -> Result<(), IpamError> {
     validate_network_name(network)?;
     validate_container_id(container_id)?;
@@ -108,6 +167,7 @@ impl IpamConfig {
         store.ensure_dir()?;
         let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
         store.remove_stale_temp_files();
+        free_earlier_boots(&store, network)?;
         let records = store.scan()?;
         let held: HashSet<IpAddr> = records.iter().map(|r| r.ip).collect();
         let mine = held_by(&records, container_id, ifname);
@@ -169,6 +229,7 @@ impl IpamConfig {
         let store = self.store(network);
         store.ensure_dir()?;
         let _lock = store.lock(LockMode::Exclusive, lock_timeout)?;
+        free_earlier_boots(&store, network)?;
         self.claim(
             &store,
             network,
@@ -580,7 +641,70 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         names.sort();
-        assert_eq!(names, ["10.0.0.2", "last_reserved_ip.0", "lock"]);
+        // host-local's files, and our boot marker (not an address: host-local skips it).
+        assert_eq!(names, ["10.0.0.2", "boot_id", "last_reserved_ip.0", "lock"]);
+        assert_eq!(
+            fs::read_to_string(net_dir(&c).join("boot_id"))
+                .unwrap()
+                .trim(),
+            crate::boot::id().unwrap()
+        );
+    }
+
+    /// The boot marker: a store without one keeps every record (they may hold live pods
+    /// of this boot) and gets one; a store marked with another boot loses, at the next
+    /// allocation, every record written before this boot began, and keeps the ones
+    /// written since; a store of this boot is left alone.
+    #[test]
+    fn allocations_of_earlier_boots_are_freed_at_the_first_allocation_of_a_boot() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(
+            d.path(),
+            json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/24"}),
+        );
+        let dir = net_dir(&c);
+        fs::create_dir_all(&dir).unwrap();
+        let old = crate::boot::boot_time().unwrap() - Duration::from_secs(3600);
+        let write = |ip: &str, owner: &str, when: Option<std::time::SystemTime>| {
+            fs::write(dir.join(ip), format!("{owner}\r\nnet1")).unwrap();
+            if let Some(t) = when {
+                fs::File::options()
+                    .write(true)
+                    .open(dir.join(ip))
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+            }
+        };
+        // No marker: nothing freed, marker written.
+        write("10.0.0.50", "before-marker", Some(old));
+        c.allocate_new(NET, "a", "net1", T).unwrap();
+        assert!(dir.join("10.0.0.50").exists());
+        let now = crate::boot::id().unwrap();
+        assert_eq!(fs::read_to_string(dir.join("boot_id")).unwrap().trim(), now);
+        // Another boot's marker: records older than this boot go, newer ones stay.
+        fs::write(
+            dir.join("boot_id"),
+            "0badb007-0000-4000-8000-000000000002\n",
+        )
+        .unwrap();
+        write("10.0.0.51", "died-with-the-boot", Some(old));
+        write("10.0.0.52", "host-local-this-boot", None);
+        c.allocate_new(NET, "b", "net1", T).unwrap();
+        assert!(!dir.join("10.0.0.50").exists());
+        assert!(!dir.join("10.0.0.51").exists());
+        assert!(dir.join("10.0.0.52").exists());
+
+        assert_eq!(fs::read_to_string(dir.join("boot_id")).unwrap().trim(), now);
+        // This boot's marker: nothing freed.
+        write("10.0.0.53", "old-but-marker-current", Some(old));
+        c.allocate_new(NET, "c", "net1", T).unwrap();
+        assert!(dir.join("10.0.0.53").exists());
+        // A torn marker: nothing freed, rewritten.
+        fs::write(dir.join("boot_id"), "garbage").unwrap();
+        c.allocate_new(NET, "d", "net1", T).unwrap();
+        assert!(dir.join("10.0.0.53").exists());
+        assert_eq!(fs::read_to_string(dir.join("boot_id")).unwrap().trim(), now);
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!                                      possibly empty: a remnant, see [`Record::is_remnant`]
 //! <dataDir>/<network>/last_reserved_ip.<rangeset index>
 //!                                      content "<ip>" (no newline), mode 0600
+//! <dataDir>/<network>/boot_id          ours only: the boot the records belong to
+//!                                      ([`DiskStore::boot_marker`]); not an address,
+//!                                      so host-local and [`DiskStore::scan`] skip it
 //! ```
 //!
 //! `<ip>` is Go's `net.IP.String()`: dotted quad for IPv4, RFC 5952 for IPv6,
@@ -39,6 +42,9 @@ use crate::fsutil::{is_not_regular, read_regular_bounded};
 
 /// host-local's default `dataDir` (backend.go `defaultDataDir`).
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+
+/// Name of the boot marker file ([`DiskStore::boot_marker`]).
+pub const BOOT_MARKER_FILE: &str = "boot_id";
 
 /// Prefix of the round-robin cursor files (backend.go `lastIPFilePrefix`).
 pub const LAST_IP_FILE_PREFIX: &str = "last_reserved_ip.";
@@ -349,6 +355,33 @@ impl DiskStore {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
             Err(e) => Err(IpamError::io("cannot remove", &path, &e)),
         }
+    }
+
+    /// The boot marker `<network dir>/boot_id`: the boot ID ([`crate::boot::id`]) of the
+    /// boot the network's records belong to, as written by [`DiskStore::set_boot_marker`].
+    /// `Ok(None)` when absent; `Ok(Some(None))` when present but not a boot ID (torn,
+    /// foreign), which the caller treats as unknown.
+    ///
+    /// Errors: [`IpamError::Io`] naming the path when it is not a regular file.
+    pub fn boot_marker(&self) -> Result<Option<Option<String>>, IpamError> {
+        let path = self.dir.join(BOOT_MARKER_FILE);
+        match read_regular_bounded(&path, MAX_FILE_LEN) {
+            Ok(b) => Ok(Some(crate::boot::parse_id(&String::from_utf8_lossy(&b)))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(IpamError::io("cannot read", &path, &e)),
+        }
+    }
+
+    /// Writes the boot marker (atomically: a reader sees the old or the new ID). Not
+    /// fsync'd: a marker lost in a machine crash is rewritten by the first allocation of
+    /// the next boot, which then frees the records of the boots before (by their times,
+    /// [`super::IpamConfig::allocate_new`]); one torn reads as unknown, as absent does.
+    ///
+    /// Errors: [`IpamError::Io`] naming the path.
+    pub fn set_boot_marker(&self, boot_id: &str) -> Result<(), IpamError> {
+        let path = self.dir.join(BOOT_MARKER_FILE);
+        crate::fsutil::replace_nosync(&path, format!("{boot_id}\n").as_bytes())
+            .map_err(|e| IpamError::io("cannot write", &path, &e))
     }
 
     /// host-local `Store.LastReservedIP`: the address in

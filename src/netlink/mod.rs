@@ -90,6 +90,9 @@ pub struct Link {
     pub name: String,
     /// IFF_UP set.
     pub up: bool,
+    /// IFF_LOWER_UP set: the driver reports carrier (`netif_carrier_ok()`; an IPoIB
+    /// port is up once the subnet manager made it active). include/uapi/linux/if.h.
+    pub carrier: bool,
     /// IFLA_MTU in bytes.
     pub mtu: Option<u32>,
     /// IFLA_ADDRESS: 6 bytes on Ethernet, 20 on IPoIB.
@@ -108,6 +111,7 @@ impl Link {
             index: m.header.index,
             name: String::new(),
             up: m.header.flags.contains(LinkFlags::Up),
+            carrier: m.header.flags.contains(LinkFlags::LowerUp),
             mtu: None,
             address: Vec::new(),
             parent_dev: None,

@@ -304,6 +304,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         conf: raw,
         steps: plan,
         complete: false,
+        boot_id: crate::boot::id().map(str::to_string),
     };
 
     // 5. The holder link, then the plan, durable before the first change.
@@ -399,7 +400,7 @@ fn finish(ctx: &Ctx, j: &mut Journal, out: &mut CniOutput) -> Result<(), CniErro
     }
     hit("add.complete")?;
     j.complete = true;
-    ctx.store.save_nosync(j)?;
+    ctx.store.save(j)?;
     Ok(())
 }
 
@@ -457,7 +458,7 @@ fn fill_device_info(ctx: &Ctx, j: &mut Journal, i: usize) -> Result<(), CniError
     if let Some(Step::DeviceInfo { content: c, .. }) = j.steps.get_mut(i) {
         *c = content;
     }
-    ctx.store.save_nosync(j)?;
+    ctx.store.save(j)?;
     Ok(())
 }
 

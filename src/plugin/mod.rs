@@ -141,7 +141,7 @@ pub fn run_with(
         env,
         conf,
         sysfs,
-        store: JournalStore::new(&conf.state_dir),
+        store: journal_store(&conf.state_dir),
         rdma,
     };
     match env.command {
@@ -153,6 +153,16 @@ pub fn run_with(
         Command::Version => Ok(Some(crate::cni::version_reply(Some(
             conf.cni_version.as_str(),
         )))),
+    }
+}
+
+/// The journal store of `state_dir`; the default one also reads the journals earlier
+/// versions wrote in [`crate::config::LEGACY_STATE_DIR`].
+fn journal_store(state_dir: &std::path::Path) -> JournalStore {
+    if state_dir == std::path::Path::new(crate::config::DEFAULT_STATE_DIR) {
+        JournalStore::with_legacy(state_dir, crate::config::LEGACY_STATE_DIR)
+    } else {
+        JournalStore::new(state_dir)
     }
 }
 
@@ -171,7 +181,7 @@ pub fn del_unparsed(env: &CniEnv, stdin: &[u8], err: &CniError) -> Result<(), Cn
         })
         .filter(|d| std::path::Path::new(d).is_absolute())
         .unwrap_or_else(|| crate::config::DEFAULT_STATE_DIR.to_string());
-    let store = JournalStore::new(&dir);
+    let store = journal_store(std::path::Path::new(&dir));
     match store.load(&env.container_id, &env.ifname)? {
         Some(j) => {
             log::warn!(

@@ -21,6 +21,9 @@ pub(super) fn teardown_locked(
     netns: Option<&str>,
     release_ipam: bool,
 ) -> Result<(), CniError> {
+    if crate::boot::is_other(j.boot_id.as_deref()) {
+        return drop_stale(ctx, j, release_ipam);
+    }
     let pod = resolve_pod(j, netns)?;
     let errs = undo(ctx, host, j, &pod, j.steps.len(), release_ipam);
     if !errs.is_empty() {
@@ -70,4 +73,30 @@ pub(super) fn load_locked(
         "the journal of {cid}/{ifname} names another VF at every read (now {}): ADDs of this attachment are running; retry",
         j.vf
     )))
+}
+
+/// A journal written in another boot (an on-disk `stateDir` that outlived a reboot):
+/// everything it describes ended with that boot (the pod netns, the moves, the PF-side
+/// VF settings: the reboot re-created the VF), so the VF is not touched; its IPAM
+/// allocation is released (when `release_ipam`; GC releases IPAM itself), then the
+/// journal and its holder link are removed. Errors: the release failing (the journal
+/// stays for a retry), or removing the files.
+fn drop_stale(ctx: &Ctx, j: &Journal, release_ipam: bool) -> Result<(), CniError> {
+    log::warn!(
+        "the journal of {}/{} (VF {}) was written in another boot ({}): the reboot ended what it describes; releasing its IPAM allocation and dropping it without touching the VF",
+        j.container_id,
+        j.ifname,
+        j.vf,
+        j.boot_id.as_deref().unwrap_or("?")
+    );
+    let has_ipam = j
+        .steps
+        .iter()
+        .any(|s| matches!(s, crate::journal::Step::Ipam { .. }));
+    if release_ipam && has_ipam {
+        super::steps::release_ipam(ctx, j)?;
+    }
+    ctx.store.remove(&j.container_id, &j.ifname)?;
+    ctx.store.remove_holder(j.vf, &j.container_id, &j.ifname)?;
+    Ok(())
 }

@@ -252,5 +252,7 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
         conf,
         steps,
         complete: true,
+        // The Go cache records no boot: taken as this boot's, as the Go plugin would.
+        boot_id: None,
     })
 }

@@ -804,6 +804,9 @@ impl EmuHost {
                 let bdf = fs::read_to_string(&bind).unwrap_or_default();
                 let bdf = bdf.trim();
                 if !bdf.is_empty() {
+                    // Held while the bind is handled: whoever sees the netdev it
+                    // re-creates sees this record too.
+                    let mut seen = binds2.lock().unwrap();
                     let _ = fs::write(&bind, "");
                     let mut recreated = false;
                     if let Some(vf) = host.vfs.iter().find(|v| v.addr == bdf) {
@@ -819,7 +822,7 @@ impl EmuHost {
                             recreated = true;
                         }
                     }
-                    binds2.lock().unwrap().push((bdf.to_string(), recreated));
+                    seen.push((bdf.to_string(), recreated));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

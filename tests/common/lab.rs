@@ -29,7 +29,12 @@ pub fn bin() -> &'static Path {
     })
 }
 
-/// One emulated host plus the plugin's state and IPAM directories under its root.
+/// Where the labs' stateDirs live: on a tmpfs, as the plugin's default `/run/ib-sriov`
+/// is on a systemd node (this machine's `/run` is not a mount of its own; `/dev/shm`
+/// is a tmpfs everywhere).
+pub const TMPFS_STATE_PARENT: &str = "/dev/shm/ib-sriov-tests";
+
+/// One emulated host plus the plugin's state and IPAM directories.
 pub struct Lab {
     /// The emulated host.
     pub host: EmuHost,
@@ -40,9 +45,13 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// An emulated host with the plugin's `stateDir` on a tmpfs, as the default
+    /// `/run/ib-sriov` is on a node (`<TMPFS_STATE_PARENT>/<root name>`, removed on
+    /// drop), and the IPAM `dataDir` under the host's root.
     pub fn new(opts: EmuOptions) -> Lab {
         let host = EmuHost::build(opts);
-        let state = host.root().join("var-lib-cni-ib-sriov");
+        let name = host.root().file_name().expect("root has a name").to_owned();
+        let state = Path::new(TMPFS_STATE_PARENT).join(name);
         let data = host.root().join("var-lib-cni-networks");
         Lab { host, state, data }
     }
@@ -110,7 +119,12 @@ impl Lab {
     pub fn allocations(&self) -> Vec<String> {
         list(&self.data.join("ibnet"))
             .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip") && !n.starts_with('.'))
+            .filter(|n| {
+                n != "lock"
+                    && n != "boot_id"
+                    && !n.starts_with("last_reserved_ip")
+                    && !n.starts_with('.')
+            })
             .collect()
     }
 
@@ -132,6 +146,12 @@ impl Lab {
         .unwrap_or_default()
         .trim()
         .to_string()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
     }
 }
 

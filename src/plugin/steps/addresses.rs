@@ -6,9 +6,9 @@ use crate::cni::{CniError, IpConfig, Route};
 use crate::netlink::Netlink;
 use std::time::{Duration, Instant};
 
-/// Bound on IPv6 duplicate address detection (containernetworking/plugins
-/// `ipam.ConfigureIface` waits 10 s in `ip.SettleAddresses`).
-pub const DAD_WAIT: Duration = Duration::from_secs(5);
+/// Bound on the wait for IPv6 duplicate address detection (containernetworking/plugins
+/// `pkg/ipam/ipam_linux.go` `ConfigureIface` waits up to 10 s in `ip.SettleAddresses`).
+pub const DAD_WAIT: Duration = Duration::from_secs(10);
 
 /// Configures the interface as containernetworking/plugins `pkg/ipam/ipam_linux.go`
 /// `ConfigureIface` does (what the Go plugin calls):
@@ -18,15 +18,21 @@ pub const DAD_WAIT: Duration = Duration::from_secs(5);
 ///    No undo: the interface's IPv6 settings go with it when it leaves the pod, and `lo`
 ///    belongs to the pod;
 /// 2. every address is added;
-/// 3. IPv6 duplicate address detection is waited for (bounded by [`DAD_WAIT`]; an
-///    address that failed DAD is an error), so the pod never starts on a tentative
-///    address it cannot bind (Go waits only when an IPv6 gateway is set);
+/// 3. IPv6 duplicate address detection is waited for, as `ConfigureIface` does, only
+///    when an IPv6 gateway is configured, and only while the link has carrier
+///    (`IFF_LOWER_UP`: without it, e.g. an IB port the subnet manager has not brought up
+///    yet, the kernel keeps the address tentative until it has, RFC 4862 section 5.4),
+///    bounded by [`DAD_WAIT`]. An address still tentative is never an error (a warning;
+///    the kernel finishes DAD later); one that failed DAD (`IFA_F_DADFAILED`: another
+///    node on the fabric has it) is, also when DAD was not waited for and had already
+///    failed;
 /// 4. every route is added with `RouteAddEcmp` semantics ([`Netlink::add_route`]: beside an
 ///    existing route to the same destination, e.g. the pod's default route on `eth0` or
 ///    another rail's route), with its `priority`, `table`, `scope`, `mtu` and `advmss`;
 ///    a route without `gw` takes the gateway of the first address of its family.
 ///
-/// Errors: code 11 (`IO_FAILURE` class host error) naming the failed address or route.
+/// Errors: code 102 (a host operation failed) naming the failed address or route, or
+/// the address that failed DAD.
 pub(super) fn configure_iface(
     pod: &Pod,
     ifname: &str,
@@ -45,7 +51,24 @@ pub(super) fn configure_iface(
         nl.add_address(index, ip.address)?;
     }
     if has_ipv6 {
-        settle_addresses(nl, ifname, index, DAD_WAIT)?;
+        let v6_gateway = ips
+            .iter()
+            .any(|ip| ip.address.is_ipv6() && ip.gateway.is_some());
+        let carrier = nl.link_by_index(index)?.is_some_and(|l| l.carrier);
+        let bound = if v6_gateway && carrier {
+            DAD_WAIT
+        } else {
+            log::debug!(
+                "{ifname}: not waiting for IPv6 DAD ({})",
+                if carrier {
+                    "no IPv6 gateway"
+                } else {
+                    "no carrier"
+                }
+            );
+            Duration::ZERO
+        };
+        settle_addresses(nl, ifname, index, bound)?;
     }
     for r in routes {
         let gw = r.gw.or_else(|| {
@@ -79,10 +102,11 @@ fn enable_ipv6(ifname: &str) -> Result<(), CniError> {
 }
 
 /// Waits until no IPv6 address of the link is tentative (`IFA_F_TENTATIVE`), polling
-/// every 50 ms as `ip.SettleAddresses` does, up to `bound`.
+/// every 50 ms as `ip.SettleAddresses` does, up to `bound` (zero: one look). An address
+/// still tentative at the bound is logged, not refused.
 ///
-/// Errors: code 11 when an address failed DAD (`IFA_F_DADFAILED`: another node on the
-/// fabric has it) or when an address is still tentative after `bound`.
+/// Errors: code 102 when an address failed DAD (`IFA_F_DADFAILED`, include/uapi/linux/
+/// if_addr.h: another node on the fabric has it), or a netlink failure.
 fn settle_addresses(
     nl: &Netlink,
     ifname: &str,
@@ -99,7 +123,7 @@ fn settle_addresses(
             .find(|(a, f)| a.is_ipv6() && f & IFA_F_DADFAILED != 0)
         {
             return Err(CniError::host(format!(
-                "IPv6 address {a} on {ifname} failed duplicate address detection: another host has it"
+                "IPv6 address {a} on {ifname} failed duplicate address detection: another node on the network has it"
             )));
         }
         let Some((a, _)) = addrs
@@ -109,10 +133,13 @@ fn settle_addresses(
             return Ok(());
         };
         if Instant::now() >= deadline {
-            return Err(CniError::host(format!(
-                "IPv6 address {a} on {ifname} is still tentative (duplicate address detection) after {} s",
-                bound.as_secs()
-            )));
+            if !bound.is_zero() {
+                log::warn!(
+                    "IPv6 address {a} on {ifname} is still tentative (duplicate address detection) after {} s; going on, the kernel finishes DAD later",
+                    bound.as_secs()
+                );
+            }
+            return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -48,7 +48,7 @@ pub(super) fn apply(
                 }
             }
         }
-        ctx.store.save_nosync(j)?;
+        ctx.store.save(j)?;
         log::debug!("rebind window of VF {} ends", j.vf);
         // The SR-IOV device plugin gave the pod the VF's RDMA device (its
         // /dev/infiniband/uverbsN and rdma_cm) before ADD: a different name now

@@ -324,18 +324,32 @@ pub fn rebind_driver(sysfs: &Sysfs, vf: PciAddress) -> Result<(), CniError> {
 /// Waits (bounded by [`NETDEV_WAIT`]) for the VF's netdev to reappear under
 /// `<VF>/net/` after a rebind or an RDMA device move re-created it, and returns it
 /// (never looked up by its old name: the re-created netdev may have another,
-/// ib-sriov-cni#217, and udev may rename it meanwhile).
+/// ib-sriov-cni#217, and udev may rename it meanwhile). A name listed in sysfs that
+/// rtnetlink does not know yet (or any more: renamed, or a predecessor on its way out)
+/// is looked for again until the bound.
+///
+/// Errors: no netdev listed in time (code 102, with what `<VF>/net/` held), or one
+/// listed but never found over rtnetlink (code 102).
 pub fn netdev_after_rebind(host: &Host, vf: PciAddress) -> Result<Link, CniError> {
-    let name = host.sysfs.wait_for_netdev(vf, NETDEV_WAIT)?;
-    let link = listed_in_host(host, vf, None)?.ok_or_else(|| {
-        CniError::host(format!(
-            "netdev {name} of VF {vf} not found after it was re-created"
-        ))
-    })?;
-    log::info!(
-        "VF {vf} netdev {} ifindex {} (re-created)",
-        link.name,
-        link.index
-    );
-    Ok(link)
+    let deadline = Instant::now() + NETDEV_WAIT;
+    loop {
+        let name = host
+            .sysfs
+            .wait_for_netdev(vf, deadline.saturating_duration_since(Instant::now()))?;
+        if let Some(link) = listed_in_host(host, vf, None)? {
+            log::info!(
+                "VF {vf} netdev {} ifindex {} (re-created)",
+                link.name,
+                link.index
+            );
+            return Ok(link);
+        }
+        if Instant::now() >= deadline {
+            return Err(CniError::host(format!(
+                "netdev {name} of VF {vf} listed in sysfs but not found over rtnetlink within {} ms of its re-creation",
+                NETDEV_WAIT.as_millis()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

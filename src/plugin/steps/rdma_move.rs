@@ -50,7 +50,7 @@ fn netdev_after_rdma_move(cx: &Apply, j: &mut Journal) -> Result<(), StepFailure
         id.ifindex
     );
     j.set_netdev(netdev_id(&link));
-    cx.ctx.store.save_nosync(j)?;
+    cx.ctx.store.save(j)?;
     Ok(())
 }
 
