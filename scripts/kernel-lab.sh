@@ -13,6 +13,10 @@
 #                                      not finish
 #   LAB_FILTER=REGEX scripts/kernel-lab.sh
 #                                      only the tests whose names match (development)
+#   LAB_REPEAT=N LAB_LOAD=M scripts/kernel-lab.sh
+#                                      the InfiniBand cases N times in a row (rows named
+#                                      `<test> #k`), with M busy loops (`yes >/dev/null`)
+#                                      keeping the guest's CPUs busy beside them
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
@@ -37,6 +41,8 @@ if [[ "${1:-}" == --guest ]]; then
     testbin="$3"
     kmod_dir="${4:-}"
     filter="${5:-}"
+    repeat="${6:-1}"
+    load="${7:-0}"
     results="$out/results.tsv"
     : >"$results"
     exec >"$out/guest.log" 2>&1
@@ -117,21 +123,24 @@ if [[ "${1:-}" == --guest ]]; then
     # One process per test; a row per test. $1: the function that puts the lab back
     # after a test (a failed test may leave a VF behind; noted in that test's log, the
     # failure itself is already recorded).
+    # $run_label (e.g. " #3") is appended to the row and log names of a repeated run.
+    run_label=""
     run_tests() {
-        local restore="$1" t start status secs
+        local restore="$1" t start status secs log
         shift
         for t in "$@"; do
             start=$(date +%s.%N)
             status=0
+            log="$out/tests/$t${run_label// /}.log"
             timeout 300 "$testbin" --ignored --exact "$t" --test-threads=1 --nocapture \
-                >"$out/tests/$t.log" 2>&1 || status=$?
+                >"$log" 2>&1 || status=$?
             secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
-            if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$out/tests/$t.log"; then
-                row PASS "$t" "$secs"
+            if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$log"; then
+                row PASS "$t$run_label" "$secs"
             else
-                row FAIL "$t" "$secs"
+                row FAIL "$t$run_label" "$secs"
             fi
-            "$restore" "$t" >>"$out/tests/$t.log" 2>&1 || true
+            "$restore" "$t" >>"$log" 2>&1 || true
             ip netns list | awk '{ print $1 }' | xargs -r -n1 ip netns del || true
         done
     }
@@ -161,6 +170,7 @@ if [[ "${1:-}" == --guest ]]; then
         restore_vfs "$vf_driver" vf_netdevs
     }
     restore_ibvf() {
+        echo 0 >/sys/module/ibvf/parameters/no_refund || true
         echo "---- kernel log of $1"
         dmesg -c | grep -v 'audit:' || true
         udevadm settle --timeout=30 || true
@@ -207,7 +217,22 @@ if [[ "${1:-}" == --guest ]]; then
         rdma dev
         export LAB_IB=1
         dmesg -c >/dev/null || true
-        run_tests restore_ibvf "${ib_tests[@]}"
+        load_pids=()
+        for ((i = 0; i < load; i++)); do
+            yes >/dev/null &
+            load_pids+=($!)
+        done
+        ((load == 0)) || row PASS "setup: load: $load busy loop(s) (yes >/dev/null) beside the IB cases on $(nproc) CPU(s)" 0
+        if ((repeat > 1)); then
+            for ((r = 1; r <= repeat; r++)); do
+                run_label=" #$r"
+                run_tests restore_ibvf "${ib_tests[@]}"
+            done
+            run_label=""
+        else
+            run_tests restore_ibvf "${ib_tests[@]}"
+        fi
+        ((${#load_pids[@]} == 0)) || kill "${load_pids[@]}" || true
     fi
     touch "$out/done"
     exit 0
@@ -327,10 +352,11 @@ echo "kernel-lab: builds done in $((t_build - t_install)) s"
 # 3. Boot the guest and run the tests. vng's own exit status is not the script's (no
 # virtio-serial script channel under TCG here), so only the files the guest writes count.
 status=0
-timeout 1200 vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
+guest_limit=$((1200 + 900 * (${LAB_REPEAT:-1} - 1)))
+timeout "$guest_limit" vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
     --rwdir="$out" \
     --qemu-opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1' \
-    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}")" \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}") ${LAB_REPEAT:-1} ${LAB_LOAD:-0}" \
     </dev/null >"$out/console.log" 2>&1 || status=$?
 t_guest=$(date +%s)
 echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"
@@ -353,7 +379,8 @@ echo
 for f in "$out"/tests/*.log; do
     [[ -f "$f" ]] || continue
     t="$(basename "$f" .log)"
-    if grep -q "^FAIL"$'\t'"$t"$'\t' "$out/results.tsv"; then
+    # A repeated run's log is `<test>#k.log`, its row `<test> #k`.
+    if grep -q "^FAIL"$'\t'"${t/\#/ #}"$'\t' "$out/results.tsv"; then
         echo "---- $t (failed) ----"
         tail -n 60 "$f"
     fi

@@ -36,6 +36,15 @@
  * the initial netns. Its 20-byte hardware address is 4 bytes flags+QPN (the QPN grows
  * with every creation, as a new UD QP's would), the fe80::/64 subnet prefix and the
  * port GUID the VF came up with.
+ *
+ * With the module parameter `no_refund` set (writable at run time:
+ * /sys/module/ibvf/parameters/no_refund; read when an IPoIB netdev is created), the
+ * IPoIB netdevs get rtnl_link_ops without netns_refund, as the real ipoib's netdevs
+ * have (ipoib_link_ops in drivers/infiniband/ulp/ipoib/ipoib_netlink.c): the core then
+ * destroys such a netdev with a dying netns instead of returning it to the initial one
+ * (default_device_exit_net() skips it, default_device_exit_batch() deletes it, in
+ * net/core/dev.c), and `ip link del` may delete it. Until the VF is rebound, its RDMA
+ * device then has no IPoIB netdev, as with mlx5 + ipoib.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -44,6 +53,8 @@
 #include <linux/if_infiniband.h>
 #include <linux/if_link.h>
 #include <linux/pci.h>
+#include <linux/rtnetlink.h>
+#include <net/rtnetlink.h>
 #include <linux/skbuff.h>
 #include <rdma/ib_verbs.h>
 
@@ -54,6 +65,10 @@
 static char *pf = "";
 module_param(pf, charp, 0444);
 MODULE_PARM_DESC(pf, "PCI address of the SR-IOV PF whose VFs this driver may bind");
+
+static bool no_refund;
+module_param(no_refund, bool, 0644);
+MODULE_PARM_DESC(no_refund, "IPoIB netdevs created from now on have rtnl_link_ops without netns_refund (destroyed with their netns, deletable)");
 
 /* ------------------------------------------------------------------ PF side */
 
@@ -208,6 +223,12 @@ struct ibvf_dev {
 	u64 node_guid;
 	u64 port_guid;
 	int link_state;
+	struct net_device *ipoib;	/* under RTNL; NULL once deleted by the core */
+};
+
+/* The IPoIB netdev's private data: its RDMA device (valid while it is registered). */
+struct ibvf_ipoib_priv {
+	struct ibvf_dev *v;
 };
 
 static struct ibvf_dev *to_ibvf(struct ib_device *d)
@@ -290,6 +311,38 @@ static const struct ib_device_ops ibvf_ib_ops = {
 	.disassociate_ucontext = ibvf_disassociate_ucontext,
 };
 
+/* ------------------------------------------------------------------ IPoIB link ops */
+
+/* Called under RTNL by `ip link del` and by default_device_exit_batch() for a dying
+ * netns: the RDMA device forgets the netdev, which the core then unregisters and
+ * frees (needs_free_netdev). */
+static void ibvf_ipoib_dellink(struct net_device *dev, struct list_head *head)
+{
+	struct ibvf_ipoib_priv *p = netdev_priv(dev);
+
+	if (p->v && p->v->ipoib == dev)
+		p->v->ipoib = NULL;
+	p->v = NULL;
+	pr_info("ibvf: IPoIB netdev %s (ifindex %d) deleted by the core\n",
+		dev->name, dev->ifindex);
+	unregister_netdevice_queue(dev, head);
+}
+
+static int ibvf_ipoib_validate(struct nlattr *tb[], struct nlattr *data[],
+			       struct netlink_ext_ack *extack)
+{
+	return -EOPNOTSUPP;	/* never created through rtnetlink */
+}
+
+static struct rtnl_link_ops ibvf_ipoib_link_ops = {
+	.kind = "ibvf_ipoib",
+	.priv_size = sizeof(struct ibvf_ipoib_priv),
+	.setup = ibvf_ipoib_setup,
+	.validate = ibvf_ipoib_validate,
+	.dellink = ibvf_ipoib_dellink,
+	/* .netns_refund = false, as ipoib_link_ops */
+};
+
 /* ------------------------------------------------------------------ IPoIB client */
 
 static struct ib_client ibvf_ipoib_client;
@@ -305,9 +358,14 @@ static int ibvf_ipoib_add(struct ib_device *d)
 	if (d->ops.query_device != ibvf_query_device)
 		return -EOPNOTSUPP;	/* not ours (e.g. rxe) */
 	v = to_ibvf(d);
-	ndev = alloc_netdev(0, "ib%d", NET_NAME_ENUM, ibvf_ipoib_setup);
+	ndev = alloc_netdev(sizeof(struct ibvf_ipoib_priv), "ib%d", NET_NAME_ENUM,
+			    ibvf_ipoib_setup);
 	if (!ndev)
 		return -ENOMEM;
+	((struct ibvf_ipoib_priv *)netdev_priv(ndev))->v = v;
+	ndev->needs_free_netdev = true;
+	if (READ_ONCE(no_refund))
+		ndev->rtnl_link_ops = &ibvf_ipoib_link_ops;
 	qpn = atomic_inc_return(&ibvf_qpn) & 0xffffff;
 	addr[1] = qpn >> 16;
 	addr[2] = qpn >> 8;
@@ -316,8 +374,10 @@ static int ibvf_ipoib_add(struct ib_device *d)
 	put_unaligned_be64(v->port_guid, addr + 12);
 	dev_addr_set(ndev, addr);
 	SET_NETDEV_DEV(ndev, &v->pdev->dev);
-	err = register_netdev(ndev);
+	rtnl_lock();
+	err = register_netdevice(ndev);
 	if (err) {
+		rtnl_unlock();
 		free_netdev(ndev);
 		return err;
 	}
@@ -325,20 +385,33 @@ static int ibvf_ipoib_add(struct ib_device *d)
 		netif_carrier_off(ndev);
 	else
 		netif_carrier_on(ndev);
-	ib_set_client_data(d, &ibvf_ipoib_client, ndev);
-	dev_info(&v->pdev->dev, "%s: IPoIB netdev %s (ifindex %d, qpn %06x)\n",
-		 dev_name(&d->dev), ndev->name, ndev->ifindex, qpn);
+	v->ipoib = ndev;
+	rtnl_unlock();
+	ib_set_client_data(d, &ibvf_ipoib_client, v);
+	dev_info(&v->pdev->dev, "%s: IPoIB netdev %s (ifindex %d, qpn %06x%s)\n",
+		 dev_name(&d->dev), ndev->name, ndev->ifindex, qpn,
+		 ndev->rtnl_link_ops ? ", no netns refund" : "");
 	return 0;
 }
 
 static void ibvf_ipoib_remove(struct ib_device *d, void *data)
 {
-	struct net_device *ndev = data;
+	struct ibvf_dev *v = data;
+	struct net_device *ndev;
 
-	dev_info(d->dev.parent, "%s: removing IPoIB netdev %s (ifindex %d)\n",
-		 dev_name(&d->dev), ndev->name, ndev->ifindex);
-	unregister_netdev(ndev);
-	free_netdev(ndev);
+	rtnl_lock();
+	ndev = v->ipoib;
+	v->ipoib = NULL;
+	if (ndev) {
+		((struct ibvf_ipoib_priv *)netdev_priv(ndev))->v = NULL;
+		dev_info(d->dev.parent, "%s: removing IPoIB netdev %s (ifindex %d)\n",
+			 dev_name(&d->dev), ndev->name, ndev->ifindex);
+		unregister_netdevice(ndev);	/* freed by the core: needs_free_netdev */
+	} else {
+		dev_info(d->dev.parent, "%s: no IPoIB netdev to remove (deleted with its netns or by hand)\n",
+			 dev_name(&d->dev));
+	}
+	rtnl_unlock();
 }
 
 static struct ib_client ibvf_ipoib_client = {
@@ -447,9 +520,12 @@ static int __init ibvf_init(void)
 	err = register_netdev(ibvf_pf_dev);
 	if (err)
 		goto free_netdev;
-	err = ib_register_client(&ibvf_ipoib_client);
+	err = rtnl_link_register(&ibvf_ipoib_link_ops);
 	if (err)
 		goto unregister_netdev;
+	err = ib_register_client(&ibvf_ipoib_client);
+	if (err)
+		goto unregister_link_ops;
 	err = pci_register_driver(&ibvf_driver);
 	if (err)
 		goto unregister_client;
@@ -457,6 +533,8 @@ static int __init ibvf_init(void)
 
 unregister_client:
 	ib_unregister_client(&ibvf_ipoib_client);
+unregister_link_ops:
+	rtnl_link_unregister(&ibvf_ipoib_link_ops);
 unregister_netdev:
 	unregister_netdev(ibvf_pf_dev);
 free_netdev:
@@ -472,6 +550,7 @@ static void __exit ibvf_exit(void)
 {
 	pci_unregister_driver(&ibvf_driver);
 	ib_unregister_client(&ibvf_ipoib_client);
+	rtnl_link_unregister(&ibvf_ipoib_link_ops);
 	unregister_netdev(ibvf_pf_dev);
 	free_netdev(ibvf_pf_dev);
 	pci_dev_put(ibvf_pf->pdev);

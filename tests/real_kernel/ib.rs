@@ -512,3 +512,113 @@ fn ib_parallel_adds_with_guid_changes_keep_rdma_names() {
         "with the rebind lock both ADDs succeed"
     );
 }
+
+/// `ibvf`'s writable module parameter (tests/kmod/ibvf.c): IPoIB netdevs created while it
+/// is set have `rtnl_link_ops` without `netns_refund`, as the real ipoib's have.
+const NO_REFUND: &str = "/sys/module/ibvf/parameters/no_refund";
+
+/// Unbinds and binds VF `vf` on `ibvf` (its probe creates a new IPoIB netdev, which
+/// udev names) and waits for the netdev.
+fn rebind_ibvf(vf: &str) -> String {
+    let _ = std::fs::write("/sys/bus/pci/drivers/ibvf/unbind", vf);
+    std::fs::write("/sys/bus/pci/drivers/ibvf/bind", vf)
+        .unwrap_or_else(|e| panic!("binding {vf} to ibvf: {e}"));
+    udev_settle();
+    vf_netdev(vf, Duration::from_secs(60))
+}
+
+/// While it lives, VF `vf`'s IPoIB netdev is one the core destroys with its netns (and
+/// `ip link del` may delete): `no_refund` set and the VF rebound. Dropping it (also when
+/// a test fails) clears the parameter and rebinds the VF again.
+struct NoRefund {
+    vf: String,
+}
+
+impl NoRefund {
+    fn on(vf: &str) -> NoRefund {
+        std::fs::write(NO_REFUND, "1").expect("setting ibvf's no_refund");
+        let n = rebind_ibvf(vf);
+        eprintln!("VF {vf}: IPoIB netdev {n} without netns refund");
+        NoRefund { vf: vf.to_string() }
+    }
+}
+
+impl Drop for NoRefund {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NO_REFUND, "0");
+        let _ = std::panic::catch_unwind(|| rebind_ibvf(&self.vf));
+    }
+}
+
+/// The netdev-only attachment (no RDMA isolation: the RDMA device stays in the host, so
+/// nothing re-creates the IPoIB netdev when the pod goes) of VF `vf` whose IPoIB netdev
+/// `gone` destroys; then DEL with the pod netns gone. DEL must wait its bound, re-create
+/// the netdev by rebinding the VF's driver (the "recovery rebind" of its log), restore
+/// name, GUID and link state, release the IP and remove the journal: the host as before.
+/// Returns how long DEL took.
+fn ib_destroyed_netdev_recovered_by_del(tag: &str, gone: impl FnOnce(&Pod)) -> Duration {
+    ib_phase();
+    let vf = &vfs()[0];
+    let _no_refund = NoRefund::on(vf);
+    let (name, rdma) = ib_vf_before(vf);
+    let before = ib_host_view();
+    let p = Plugin::new();
+    let pod = Pod::new(tag);
+    let cid = format!("cid-{tag}");
+    let guid = 0x0200_0000_0000_0d04;
+    let conf = p.ib_conf(vf, guid, false);
+    let res = p.run("ADD", &cid, &pod.path(), &conf).expect_ok("ADD");
+    assert!(res["interfaces"][0]["name"] == IFNAME, "{res}");
+    assert!(pod.link_names().contains(&IFNAME.to_string()));
+    assert_eq!(rdma_of(vf), vec![rdma.clone()], "RDMA device not moved");
+    let netns = pod.path();
+    let _ = sh(&["dmesg", "-c"]);
+    gone(&pod);
+    // Nothing brings it back: the core deleted it (ibvf's dellink says so), and the VF
+    // has no netdev in the host.
+    wait_until(
+        "ibvf's dellink for the pod's IPoIB netdev",
+        Duration::from_secs(30),
+        || dmesg().contains("deleted by the core"),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(sysfs_netdevs(vf).is_empty(), "{:?}", sysfs_netdevs(vf));
+
+    let t = Instant::now();
+    let del = p.run("DEL", &cid, &netns, &conf);
+    let took = t.elapsed();
+    let log = del.stderr.clone();
+    del.expect_ok("DEL with the netdev destroyed");
+    eprintln!("DEL with the IPoIB netdev destroyed took {took:?}");
+    assert!(log.contains("recovery rebind of VF"), "{log}");
+    udev_settle();
+    assert_ib_restored(vf, &name, &rdma);
+    assert_eq!(ib_host_view(), before, "host restored; log:\n{log}");
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty(), "IP released");
+    p.run("DEL", &cid, &netns, &conf).expect_ok("second DEL");
+    udev_settle();
+    assert_eq!(ib_host_view(), before, "second DEL changes nothing");
+    took
+}
+
+/// The pod deletes its IPoIB netdev (`ip link del`, which the real ipoib's
+/// `rtnl_link_ops` allow), then its netns goes: DEL re-creates the netdev by rebinding.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_netdev_deleted_in_pod_before_netns_delete() {
+    ib_destroyed_netdev_recovered_by_del("ibdeleted", |pod| {
+        sh(&["ip", "-n", &pod.name, "link", "del", IFNAME]);
+        assert!(!pod.link_names().contains(&IFNAME.to_string()));
+        pod.delete();
+    });
+}
+
+/// The pod netns goes with the IPoIB netdev in it: a netdev with `rtnl_link_ops` but no
+/// `netns_refund` (the real ipoib's) is destroyed by the core, not returned to the host
+/// (google/dranet#33): DEL re-creates it by rebinding.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_no_refund_netdev_destroyed_with_netns() {
+    ib_destroyed_netdev_recovered_by_del("ibnoref", |pod| pod.delete());
+}
