@@ -173,7 +173,7 @@ if [[ "${1:-}" == --guest ]]; then
         echo 0 >/sys/module/ibvf/parameters/no_refund || true
         echo "---- kernel log of $1"
         dmesg -c | grep -v 'audit:' || true
-        udevadm settle --timeout=30 || true
+        udevadm settle --timeout=120 || true
         restore_vfs ibvf ib_netdevs
     }
 

@@ -472,9 +472,9 @@ impl JournalStore {
             ));
         }
         if crate::fsutil::is_unwritten(&b) {
-            // A plan whose first durable write a machine crash cut short (the name was
-            // renamed into place before the fsync, see `atomic_write`): the host changes
-            // it describes start only after that write returned, so none was made.
+            // A plan whose first write a machine crash cut short, on an on-disk stateDir
+            // (written without fsync, the name can reach the disk before the data): the
+            // host changes it describes died with that boot anyway.
             log::warn!(
                 "{} is empty: its plan never reached the disk (machine crash); treated as absent",
                 p.display()
@@ -842,8 +842,9 @@ mod tests {
         assert!(!s.remove_holder(vf, "c1", "net1").unwrap());
     }
 
-    /// The state a machine crash leaves when it comes between the rename and the fsync
-    /// of a plan's first write (`atomic_write`): an empty file under the journal's name.
+    /// The state a machine crash can leave on an on-disk stateDir after a plan's first
+    /// write (no fsync: the name may reach the disk before the data): an empty file
+    /// under the journal's name.
     /// It reads as no journal everywhere (load, list, holder) and the next save
     /// replaces it.
     #[test]

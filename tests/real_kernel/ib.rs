@@ -250,7 +250,19 @@ fn wait_until(what: &str, wait: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Waits for udev's event queue to drain: up to 180 s (a TCG guest with its CPUs kept
+/// busy by `LAB_LOAD` has udev take tens of seconds for one rename), then panics.
 fn udev_settle() {
+    for _ in 0..5 {
+        let ok = Command::new("udevadm")
+            .args(["settle", "--timeout=30"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return;
+        }
+        eprintln!("udevadm settle: the queue is not empty after 30 s; waiting again");
+    }
     sh(&["udevadm", "settle", "--timeout=30"]);
 }
 
