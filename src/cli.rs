@@ -145,6 +145,13 @@ CNI_* variables set and the network configuration on stdin (CNI SPEC.md).";
 /// `about` text), without reading stdin. `None`: a CNI call, run the protocol.
 fn manual_run() -> Option<i32> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "doctor") {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Some(crate::doctor::run(&rest));
+    }
     if let Some(a) = args.first() {
         return Some(match a.to_str() {
             Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {

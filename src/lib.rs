@@ -12,6 +12,7 @@ pub mod boot;
 pub mod cli;
 pub mod cni;
 pub mod config;
+pub mod doctor;
 pub mod failpoint;
 pub mod fsutil;
 pub mod gocache;

@@ -40,7 +40,9 @@ mod proptests;
 
 pub use allocator::{AllocatedIp, Allocation, QUERY_LOCK_TIMEOUT};
 pub use config::{validate_data_dir, IpamConfig, RouteConfig};
-pub use disk::{DEFAULT_DATA_DIR, LAST_IP_FILE_PREFIX, LINE_BREAK};
+pub use disk::{
+    DiskStore, Record, BOOT_MARKER_FILE, DEFAULT_DATA_DIR, LAST_IP_FILE_PREFIX, LINE_BREAK,
+};
 pub use error::IpamError;
 pub use lock::LOCK_FILE_NAME;
 pub use names::{validate_container_id, validate_ifname, validate_network_name};

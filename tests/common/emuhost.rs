@@ -866,6 +866,10 @@ impl EmuHost {
     /// from the host netns: a VF's or the PF's netdev is listed, under its current name,
     /// only while its veth end is in the host netns. Call after moving a netdev.
     pub fn sync_netdevs(&self) -> io::Result<()> {
+        // One sync at a time in this process: the driver-probe emulation's thread
+        // ([`EmuHost::probe_on_bind`]) syncs too, and two rebuilding the same links race.
+        static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = SYNC.lock().unwrap_or_else(|e| e.into_inner());
         let links = self.host_links_json()?;
         let by_name = |n: &str| links.iter().find(|l| l["ifname"].as_str() == Some(n));
         let class_net = self.root.join("class/net");

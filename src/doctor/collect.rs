@@ -1,0 +1,471 @@
+//! Reads the node for the doctor, read-only: sysfs, `/proc`, rtnetlink and RDMA netlink
+//! of the current netns, our journals, the Go plugin's cache and the built-in IPAM
+//! stores. No lock is taken, nothing is written. Whatever cannot be read becomes a
+//! [`Note`], never an error.
+
+use super::report::{Holder, IpamNetwork, Module, Netdev, Node, Pf, Report, Vf};
+use crate::journal::{Journal, JournalStore, Step};
+use crate::netlink::Netlink;
+use crate::rdma::{NetnsMode, RdmaOps};
+use crate::sysfs::{GuidKind, Sysfs};
+use crate::types::PciAddress;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Largest `/proc` or sysfs attribute read, in bytes.
+const MAX_ATTR: u64 = 4096;
+
+/// Where the doctor reads, all under one host root.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The host root (`/`, or `--host-root`).
+    pub root: PathBuf,
+    /// `<root>/sys`, or `$IB_SRIOV_SYSFS_ROOT` without `--host-root`.
+    pub sys: PathBuf,
+    /// Journal directories: `<root>/run/ib-sriov` (or `--state-dir`).
+    pub state: PathBuf,
+    /// The Go plugin's cache, also where earlier versions of ours journaled:
+    /// `<root>/var/lib/cni/ib-sriov`.
+    pub legacy: PathBuf,
+    /// The default built-in IPAM data dir: `<root>/var/lib/cni/networks`.
+    pub networks: PathBuf,
+}
+
+impl Paths {
+    /// The paths under `root`; `sys` overridden when given.
+    pub fn under(root: &Path, sys: Option<PathBuf>, state: Option<PathBuf>) -> Paths {
+        Paths {
+            root: root.to_path_buf(),
+            sys: sys.unwrap_or_else(|| root.join("sys")),
+            state: state.unwrap_or_else(|| root.join("run/ib-sriov")),
+            legacy: root.join("var/lib/cni/ib-sriov"),
+            networks: root.join("var/lib/cni/networks"),
+        }
+    }
+
+    /// A host path (absolute, as recorded in a journal) under the root.
+    pub fn host(&self, p: &Path) -> PathBuf {
+        self.root.join(p.strip_prefix("/").unwrap_or(p))
+    }
+}
+
+/// Something the doctor could not read or judge from the report alone, for the findings.
+#[derive(Debug, Clone)]
+pub enum Note {
+    /// A file or source could not be read: (subject, what).
+    Unreadable(String, String),
+    /// A journal that cannot be used: (path, why).
+    BadJournal(String, String),
+    /// A journal asks for ib-kubernetes GUIDs (`ibKubernetesEnabled`): its VF.
+    IbKubernetes(String),
+    /// A journal asked for RDMA isolation (`rdmaIsolation: true`): its attachment.
+    WantsIsolation(String),
+}
+
+/// Reads `path`, at most [`MAX_ATTR`] bytes, trimmed; `None` when unreadable.
+fn attr(path: &Path) -> Option<String> {
+    let b = crate::fsutil::read_regular_bounded(path, MAX_ATTR).ok()?;
+    let s = String::from_utf8_lossy(&b).trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+/// Collects the report (without findings) and the notes the findings need.
+pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
+    let mut notes = Vec::new();
+    let sysfs = Sysfs::new(&paths.sys);
+    let nl = match Netlink::open() {
+        Ok(nl) => Some(nl),
+        Err(e) => {
+            notes.push(Note::Unreadable("rtnetlink".into(), e.to_string()));
+            None
+        }
+    };
+    let journals = journal_list(paths, &mut notes);
+    let (by_vf, go) = holders(paths, &journals, &mut notes);
+    let mut report = Report {
+        schema_version: super::report::SCHEMA_VERSION,
+        plugin_version: env!("CARGO_PKG_VERSION").to_string(),
+        host_root: paths.root.display().to_string(),
+        node: node(paths, &mut notes),
+        ..Report::default()
+    };
+    let mut guid_netlink = false;
+    let mut guid_ofed = false;
+    for pf_addr in sriov_pfs(&sysfs, &mut notes) {
+        let pf = pf_of(&sysfs, &paths.sys, pf_addr);
+        let configs = nl
+            .as_ref()
+            .and_then(|nl| pf_vf_configs(nl, &pf, &mut notes))
+            .unwrap_or_default();
+        guid_netlink |= configs.iter().any(|c| c.node_guid.is_some());
+        let vfs = match sysfs.virtfns(pf_addr) {
+            Ok(v) => v,
+            Err(e) => {
+                notes.push(Note::Unreadable(
+                    format!("{pf_addr} virtfn links"),
+                    e.to_string(),
+                ));
+                Vec::new()
+            }
+        };
+        for (index, addr) in vfs {
+            let cfg = configs.iter().find(|c| c.vf == index.0);
+            let ofed = sysfs.ofed_dir(pf_addr, index).is_some();
+            guid_ofed |= ofed;
+            let guid = |kind: GuidKind| -> Option<String> {
+                let from_nl = match kind {
+                    GuidKind::Node => cfg.and_then(|c| c.node_guid),
+                    GuidKind::Port => cfg.and_then(|c| c.port_guid),
+                };
+                from_nl
+                    .or_else(|| sysfs.read_ofed_guid(pf_addr, index, kind).ok().flatten())
+                    .map(|g| g.to_string())
+            };
+            let link_state = cfg
+                .and_then(|c| c.link_state)
+                .or_else(|| sysfs.read_ofed_policy(pf_addr, index).ok().flatten())
+                .map(|l| l.to_string());
+            let netdevs: Vec<Netdev> = sysfs
+                .netdevs(addr)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|name| {
+                    let l = nl
+                        .as_ref()
+                        .and_then(|nl| nl.link_by_name(&name).ok().flatten());
+                    Netdev {
+                        up: l.as_ref().is_some_and(|l| l.up),
+                        carrier: l.as_ref().is_some_and(|l| l.carrier),
+                        name,
+                    }
+                })
+                .collect();
+            let key = addr.to_string();
+            let mut hs: Vec<Holder> = by_vf.get(&key).cloned().unwrap_or_default();
+            hs.extend(go.get(&key).cloned().unwrap_or_default());
+            let in_pod = hs.iter().any(|h| {
+                h.source == "journal" && !h.vfio && h.netns_state.as_deref() == Some("alive")
+            });
+            report.vfs.push(Vf {
+                pci: key,
+                pf: pf_addr.to_string(),
+                index: index.0,
+                driver: sysfs.driver(addr).ok().flatten(),
+                netdev_location: if !netdevs.is_empty() {
+                    "in-host"
+                } else if in_pod {
+                    "in-pod"
+                } else {
+                    "none"
+                }
+                .into(),
+                netdevs,
+                rdma_devices: sysfs.rdma_devices(addr).unwrap_or_default(),
+                node_guid: guid(GuidKind::Node),
+                port_guid: guid(GuidKind::Port),
+                link_state,
+                holders: hs,
+            });
+        }
+        report.pfs.push(pf);
+    }
+    report.node.vf_guid_source = if guid_netlink {
+        "netlink"
+    } else if guid_ofed {
+        "mlnx-ofed-sysfs"
+    } else {
+        "none"
+    }
+    .into();
+    report.ipam = ipam(paths, &journals, &mut notes);
+    for j in &journals {
+        let att = format!("{}/{}", j.container_id, j.ifname);
+        if j.conf.get("ibKubernetesEnabled").and_then(|v| v.as_bool()) == Some(true) {
+            notes.push(Note::IbKubernetes(j.vf.to_string()));
+        }
+        if j.rdma_isolation == Some(true) {
+            notes.push(Note::WantsIsolation(att));
+        }
+    }
+    (report, notes)
+}
+
+/// Kernel version, boot ID, modules, RDMA netns mode.
+fn node(paths: &Paths, notes: &mut Vec<Note>) -> Node {
+    let kernel = attr(&paths.root.join("proc/sys/kernel/osrelease"));
+    if kernel.is_none() {
+        notes.push(Note::Unreadable(
+            "proc/sys/kernel/osrelease".into(),
+            "unreadable: kernel version unknown".into(),
+        ));
+    }
+    let modules = ["mlx5_core", "mlx5_ib", "ib_ipoib", "ib_uverbs"]
+        .iter()
+        .map(|m| Module {
+            name: m.to_string(),
+            loaded: paths.sys.join("module").join(m).is_dir(),
+        })
+        .collect();
+    let rdma_netns_mode = match crate::rdma::RdmaSocket::open().and_then(|mut s| s.netns_mode()) {
+        Ok(NetnsMode::Shared) => Some("shared".to_string()),
+        Ok(NetnsMode::Exclusive) => Some("exclusive".to_string()),
+        Err(e) => {
+            notes.push(Note::Unreadable("RDMA netlink".into(), e.to_string()));
+            None
+        }
+    };
+    Node {
+        kernel,
+        boot_id: attr(&paths.root.join("proc/sys/kernel/random/boot_id")),
+        modules,
+        rdma_netns_mode,
+        vf_guid_source: String::new(),
+    }
+}
+
+/// Every PCI device with `sriov_totalvfs`, sorted.
+fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
+    let dir = sysfs.pci_devices_dir();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(r) => r,
+        Err(e) => {
+            notes.push(Note::Unreadable(dir.display().to_string(), e.to_string()));
+            return Vec::new();
+        }
+    };
+    let mut v: Vec<PciAddress> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("sriov_totalvfs").exists())
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort();
+    v
+}
+
+fn pf_of(sysfs: &Sysfs, sys: &Path, addr: PciAddress) -> Pf {
+    let dir = sysfs.pci_device_dir(addr);
+    let netdevs = sysfs.netdevs(addr).unwrap_or_default();
+    let types: Vec<Option<String>> = netdevs
+        .iter()
+        .map(|n| attr(&dir.join("net").join(n).join("type")))
+        .collect();
+    let _ = sys;
+    let link_layer = if types.iter().any(|t| t.as_deref() == Some("32")) {
+        "InfiniBand"
+    } else if types.iter().any(|t| t.as_deref() == Some("1")) {
+        "Ethernet"
+    } else {
+        "unknown"
+    };
+    Pf {
+        pci: addr.to_string(),
+        driver: sysfs.driver(addr).ok().flatten(),
+        link_layer: link_layer.into(),
+        num_vfs: attr(&dir.join("sriov_numvfs")).and_then(|s| s.parse().ok()),
+        total_vfs: attr(&dir.join("sriov_totalvfs")).and_then(|s| s.parse().ok()),
+        netdevs,
+    }
+}
+
+/// The PF's VF table over rtnetlink, from its InfiniBand netdev (else its first).
+fn pf_vf_configs(
+    nl: &Netlink,
+    pf: &Pf,
+    notes: &mut Vec<Note>,
+) -> Option<Vec<crate::netlink::vf::VfConfig>> {
+    let mut best = None;
+    for n in &pf.netdevs {
+        if let Ok(Some(l)) = nl.link_by_name(n) {
+            let ib = l.address.len() == 20;
+            if best.is_none() || ib {
+                best = Some(l);
+            }
+            if ib {
+                break;
+            }
+        }
+    }
+    let l = best?;
+    match nl.vf_configs(l.index) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            notes.push(Note::Unreadable(
+                format!("VF table of {}", l.name),
+                e.to_string(),
+            ));
+            None
+        }
+    }
+}
+
+/// Our journals (both directories), unreadable ones noted.
+fn journal_list(paths: &Paths, notes: &mut Vec<Note>) -> Vec<Journal> {
+    let store = JournalStore::with_legacy(&paths.state, &paths.legacy);
+    match store.list() {
+        Ok((ok, bad)) => {
+            for e in bad {
+                let path = match &e {
+                    crate::journal::JournalError::Io(p, _)
+                    | crate::journal::JournalError::Unreadable(p, _)
+                    | crate::journal::JournalError::Exists(p) => p.display().to_string(),
+                    crate::journal::JournalError::Mismatch { path, .. } => {
+                        path.display().to_string()
+                    }
+                };
+                notes.push(Note::BadJournal(path, e.to_string()));
+            }
+            ok
+        }
+        Err(e) => {
+            notes.push(Note::Unreadable(
+                paths.state.display().to_string(),
+                e.to_string(),
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// Whether the journal's pod netns still exists and is the one ADD recorded.
+fn netns_state(paths: &Paths, j: &Journal) -> &'static str {
+    let Some(p) = j.netns.as_deref().filter(|p| !p.is_empty()) else {
+        return "unknown";
+    };
+    match crate::netns::NetNs::open(paths.host(Path::new(p))) {
+        Ok(ns) => match j.netns_id {
+            Some(id) if crate::plugin::steps::ns_id(&ns).ok() != Some(id) => "gone",
+            _ => "alive",
+        },
+        Err(e) if e.is_gone() => "gone",
+        Err(_) => "unknown",
+    }
+}
+
+/// Holders by VF PCI address: from our journals and from the Go cache files.
+fn holders(
+    paths: &Paths,
+    journals: &[Journal],
+    notes: &mut Vec<Note>,
+) -> (BTreeMap<String, Vec<Holder>>, BTreeMap<String, Vec<Holder>>) {
+    let mut ours: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+    for j in journals {
+        let ips = j
+            .steps
+            .iter()
+            .flat_map(|s| match s {
+                Step::Ipam { ips, .. } => ips.iter().map(|ip| ip.to_string()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        ours.entry(j.vf.to_string()).or_default().push(Holder {
+            source: "journal".into(),
+            container_id: j.container_id.clone(),
+            ifname: Some(j.ifname.clone()),
+            netns: j.netns.clone(),
+            netns_state: Some(netns_state(paths, j).into()),
+            network: j.network.clone(),
+            ips,
+            complete: Some(j.complete),
+            vfio: j.vfio,
+        });
+    }
+    let mut go: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir(&paths.legacy) {
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.') && !n.contains(':') && n != "locks" && n != "vfs")
+            .collect();
+        names.sort();
+        for name in names {
+            let p = paths.legacy.join(&name);
+            match crate::fsutil::read_regular_bounded(&p, 1 << 20)
+                .map_err(|e| e.to_string())
+                .and_then(|b| crate::gocache::parse(&b, p.clone()).map_err(|e| e.to_string()))
+            {
+                Ok(g) => go.entry(g.vf.to_string()).or_default().push(Holder {
+                    source: "go-cache".into(),
+                    container_id: name,
+                    ifname: g.pod_name.clone(),
+                    netns: None,
+                    netns_state: None,
+                    network: g.network.clone(),
+                    ips: Vec::new(),
+                    complete: None,
+                    vfio: g.vfio,
+                }),
+                Err(e) => notes.push(Note::BadJournal(p.display().to_string(), e)),
+            }
+        }
+    }
+    (ours, go)
+}
+
+/// The built-in IPAM stores: those our journals' configurations name, and every
+/// directory under the default data dir with a `boot_id` marker (only ours writes it).
+fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamNetwork> {
+    use crate::ipam::{DiskStore, IpamConfig, BOOT_MARKER_FILE};
+    let mut stores: BTreeMap<(PathBuf, String), Option<IpamConfig>> = BTreeMap::new();
+    for j in journals {
+        let Some(ipam) = j.conf.get("ipam") else {
+            continue;
+        };
+        if !crate::ipam::is_builtin(ipam) {
+            continue;
+        }
+        if let Ok(c) = IpamConfig::from_json(ipam) {
+            let dir = paths.host(c.data_dir());
+            stores.insert((dir, j.network.clone()), Some(c));
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(&paths.networks) {
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.path().join(BOOT_MARKER_FILE).exists() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                stores.entry((paths.networks.clone(), name)).or_insert(None);
+            }
+        }
+    }
+    let held: std::collections::HashSet<(String, String)> = journals
+        .iter()
+        .map(|j| (j.container_id.clone(), j.ifname.clone()))
+        .collect();
+    let mut out = Vec::new();
+    for ((dir, network), conf) in stores {
+        let store = DiskStore::new(&dir, &network);
+        let records = match store.scan() {
+            Ok(r) => r,
+            Err(e) => {
+                notes.push(Note::Unreadable(
+                    store.dir().display().to_string(),
+                    e.to_string(),
+                ));
+                Vec::new()
+            }
+        };
+        let mut orphans: Vec<String> = records
+            .iter()
+            .filter(|r| !held.contains(&(r.container_id.clone(), r.ifname.clone())))
+            .map(|r| format!("{} {}/{}", r.ip, r.container_id, r.ifname))
+            .collect();
+        orphans.sort();
+        out.push(IpamNetwork {
+            dir: store.dir().display().to_string(),
+            network,
+            range: conf.as_ref().map(|c| {
+                c.ranges
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+            allocated: records.len(),
+            total: conf
+                .as_ref()
+                .map(|c| c.ranges.iter().map(|r| r.allocatable_count()).sum()),
+            boot: store.boot_marker().ok().flatten().flatten(),
+            orphans,
+        });
+    }
+    out
+}

@@ -1,0 +1,185 @@
+//! The doctor's rules: what is wrong on the node, each finding with its severity and a
+//! one-line fix (README "Diagnosing a node" lists the codes).
+
+use super::collect::Note;
+use super::report::{Finding, Report, Severity};
+use std::collections::BTreeMap;
+
+fn finding(sev: Severity, code: &str, subject: &str, message: String, fix: &str) -> Finding {
+    Finding {
+        severity: sev,
+        code: code.into(),
+        subject: subject.into(),
+        message,
+        fix: fix.into(),
+    }
+}
+
+/// Evaluates every rule over the report and the collector's notes; sorted most severe
+/// first, then by code and subject.
+pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
+    use Severity::*;
+    let mut out = Vec::new();
+    for n in notes {
+        match n {
+            Note::Unreadable(what, why) => out.push(finding(
+                Info,
+                "partial-view",
+                what,
+                format!("could not read {what}: {why}"),
+                "run as root in the host's network namespace (kubectl debug node/...: hostNetwork), with --host-root when the host's / is mounted elsewhere",
+            )),
+            Note::BadJournal(path, why) => out.push(finding(
+                Error,
+                "journal-unreadable",
+                path,
+                format!("unusable journal or Go cache file: {why}"),
+                "inspect the file; if its pod is gone, restore its VF by hand and remove the file (DEL answers code 5 for it)",
+            )),
+            Note::IbKubernetes(_) | Note::WantsIsolation(_) => {}
+        }
+    }
+    let mut guids: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for vf in &r.vfs {
+        for h in &vf.holders {
+            if h.source == "journal" && h.netns_state.as_deref() == Some("gone") {
+                out.push(finding(
+                    Warning,
+                    "netns-gone",
+                    &vf.pci,
+                    format!(
+                        "{}/{} holds VF {} but its pod netns {} is gone",
+                        h.container_id,
+                        h.ifname.as_deref().unwrap_or("?"),
+                        vf.pci,
+                        h.netns.as_deref().unwrap_or("?")
+                    ),
+                    "the runtime's DEL or GC releases it; by hand: CNI_COMMAND=DEL with the attachment's containerID and ifname",
+                ));
+            }
+            if !h.vfio && vf.driver.as_deref() == Some("vfio-pci") {
+                out.push(finding(
+                    Error,
+                    "vfio-under-netdev-attachment",
+                    &vf.pci,
+                    format!(
+                        "VF {} is bound to vfio-pci but {} attached it as a netdev VF",
+                        vf.pci, h.container_id
+                    ),
+                    "rebind the VF to mlx5_core, or give the network vfioPciMode (the SR-IOV device plugin's resource decides the driver)",
+                ));
+            }
+        }
+        if vf.holders.len() > 1 {
+            let who: Vec<String> = vf
+                .holders
+                .iter()
+                .map(|h| format!("{} {}", h.source, h.container_id))
+                .collect();
+            out.push(finding(
+                Error,
+                "vf-held-twice",
+                &vf.pci,
+                format!("VF {} is held by {} attachments: {}", vf.pci, vf.holders.len(), who.join(", ")),
+                "DEL the attachment whose pod is gone; two pods must never share a VF (check the SR-IOV device plugin's pool)",
+            ));
+        }
+        for (g, kind) in [(&vf.node_guid, "node"), (&vf.port_guid, "port")] {
+            if let Some(g) = g.as_deref().filter(|g| *g != "00:00:00:00:00:00:00:00") {
+                guids
+                    .entry(format!("{kind} {g}"))
+                    .or_default()
+                    .push(&vf.pci);
+            }
+        }
+        if vf.driver.as_deref().is_some_and(|d| d != "vfio-pci")
+            && vf.netdevs.is_empty()
+            && vf.netdev_location == "none"
+        {
+            out.push(finding(
+                Warning,
+                "netdev-missing",
+                &vf.pci,
+                format!(
+                    "VF {} is bound to {} but has no netdev in the host and no live attachment",
+                    vf.pci,
+                    vf.driver.as_deref().unwrap_or("?")
+                ),
+                "rebind it (echo BDF > /sys/bus/pci/drivers/<driver>/unbind, then bind); a stale attachment is released by DEL or GC",
+            ));
+        }
+    }
+    for n in notes {
+        if let Note::IbKubernetes(vf_pci) = n {
+            if let Some(vf) = r.vfs.iter().find(|v| &v.pci == vf_pci) {
+                let zero = |g: &Option<String>| {
+                    g.as_deref().is_none_or(|g| g == "00:00:00:00:00:00:00:00")
+                };
+                if zero(&vf.node_guid) && zero(&vf.port_guid) && !vf.holders.is_empty() {
+                    out.push(finding(
+                        Error,
+                        "zero-guid",
+                        &vf.pci,
+                        format!("VF {} is attached with ibKubernetesEnabled but the PF reports no GUID for it", vf.pci),
+                        "check that ib-kubernetes runs and annotated the pod (runtimeConfig.infinibandGUID); the pod has no fabric identity until then",
+                    ));
+                }
+            }
+        }
+    }
+    if r.node.rdma_netns_mode.as_deref() == Some("shared") {
+        for n in notes {
+            if let Note::WantsIsolation(att) = n {
+                out.push(finding(
+                    Error,
+                    "rdma-shared-with-isolation",
+                    att,
+                    format!("{att} asked for RDMA isolation (rdmaIsolation: true) but the RDMA subsystem is in shared netns mode"),
+                    "rdma system set netns exclusive (with no pod netns alive; persist with ib_core netns_mode=0), or set rdmaIsolation: false",
+                ));
+            }
+        }
+    }
+    for (g, vfs) in guids {
+        if vfs.len() > 1 {
+            out.push(finding(
+                Error,
+                "duplicate-guid",
+                &vfs.join(","),
+                format!("VFs {} share the {} GUID", vfs.join(", "), g),
+                "give each VF its own GUID (ib-kubernetes' pool, or the network's GUIDs): the subnet manager sees one port",
+            ));
+        }
+    }
+    for net in &r.ipam {
+        if let (Some(b), Some(now)) = (&net.boot, &r.node.boot_id) {
+            if b != now && net.allocated > 0 {
+                out.push(finding(
+                    Warning,
+                    "allocations-of-another-boot",
+                    &net.dir,
+                    format!(
+                        "{} holds {} record(s) written before this boot",
+                        net.dir, net.allocated
+                    ),
+                    "nothing to do: the next ADD on this network frees them (or GC)",
+                ));
+            }
+        }
+        if !net.orphans.is_empty() {
+            out.push(finding(
+                Warning,
+                "ipam-orphans",
+                &net.dir,
+                format!(
+                    "{} record(s) whose attachment has no journal: {}",
+                    net.orphans.len(),
+                    net.orphans.join(", ")
+                ),
+                "the runtime's GC releases them; or CNI_COMMAND=DEL for each containerID/ifname",
+            ));
+        }
+    }
+    out.sort_by(|a, b| (a.severity, &a.code, &a.subject).cmp(&(b.severity, &b.code, &b.subject)));
+    out
+}

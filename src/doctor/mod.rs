@@ -1,0 +1,234 @@
+//! `ib-sriov doctor`: the node's InfiniBand SR-IOV state as the plugin sees it, and what
+//! is wrong with it (README "Diagnosing a node"). Read-only: it writes nothing, takes no
+//! lock, changes no device. A CNI runtime never passes arguments, so `doctor` as the
+//! first argument cannot collide with a CNI invocation.
+//!
+//! ```text
+//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]
+//! ```
+//! Exit status: 0 with no finding of severity `error`, 1 with one, 2 for bad arguments.
+
+pub mod collect;
+pub mod findings;
+pub mod report;
+pub mod text;
+
+use report::{ConfCheck, Finding, Report, Severity};
+use std::path::PathBuf;
+
+/// Largest `--conf` file read, in bytes (the plugin's stdin bound).
+const MAX_CONF: u64 = 4 << 20;
+
+/// Usage text.
+pub const USAGE: &str =
+    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]
+  --json           the report as JSON (schemaVersion 1, README \"Diagnosing a node\")
+  --conf FILE      also validate a network configuration or conflist as ADD would
+  --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
+  --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)";
+
+/// Parsed arguments.
+#[derive(Debug, Default)]
+struct Args {
+    json: bool,
+    conf: Option<PathBuf>,
+    host_root: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match x.as_str() {
+            "--json" => a.json = true,
+            "--conf" => a.conf = Some(value("--conf")?),
+            "--host-root" => a.host_root = Some(value("--host-root")?),
+            "--state-dir" => a.state_dir = Some(value("--state-dir")?),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(a)
+}
+
+/// Runs the doctor with the arguments after `doctor`; returns the exit status.
+pub fn run(args: &[String]) -> i32 {
+    let a = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("ib-sriov doctor: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let sys = match a.host_root {
+        Some(_) => None,
+        None => Some(crate::sysfs::Sysfs::from_env().root().to_path_buf()),
+    };
+    let state = a
+        .state_dir
+        .as_ref()
+        .map(|d| collect::Paths::under(&root, None, None).host(d));
+    let paths = collect::Paths::under(&root, sys, state);
+    let report = diagnose(&paths, a.conf.as_deref());
+    if a.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("ib-sriov doctor: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", text::render(&report));
+    }
+    i32::from(
+        report
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Error),
+    )
+}
+
+/// The whole report for the node under `paths`, with `conf` validated when given.
+pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Report {
+    let (mut report, notes) = collect::collect(paths);
+    let mut findings = findings::evaluate(&report, &notes);
+    if let Some(p) = conf {
+        let (checks, mut f) = check_conf(p);
+        report.conf = checks;
+        findings.append(&mut f);
+        findings.sort_by(|a, b| {
+            (a.severity, &a.code, &a.subject).cmp(&(b.severity, &b.code, &b.subject))
+        });
+    }
+    report.findings = findings;
+    report
+}
+
+/// Validates a network configuration (`type: ib-sriov`) or a conflist (each ib-sriov
+/// entry of `plugins`, with the list's `name` and `cniVersion`, as libcni passes them)
+/// with [`crate::config::NetConf::parse`], what ADD runs before touching the host.
+fn check_conf(path: &std::path::Path) -> (Vec<ConfCheck>, Vec<Finding>) {
+    let subject = path.display().to_string();
+    let bad = |msg: String| {
+        Finding {
+        severity: Severity::Error,
+        code: "conf-invalid".into(),
+        subject: subject.clone(),
+        message: msg,
+        fix: "correct the configuration (README \"Configuration\"); ADD would refuse it before any change".into(),
+    }
+    };
+    let bytes = match crate::fsutil::read_regular_bounded(path, MAX_CONF) {
+        Ok(b) => b,
+        Err(e) => return (Vec::new(), vec![bad(format!("cannot read it: {e}"))]),
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return (Vec::new(), vec![bad(format!("not JSON: {e}"))]),
+    };
+    let entries: Vec<serde_json::Value> = match v.get("plugins").and_then(|p| p.as_array()) {
+        Some(list) => list
+            .iter()
+            .filter(|p| p.get("type").and_then(|t| t.as_str()) == Some("ib-sriov"))
+            .map(|p| {
+                let mut e = p.clone();
+                for k in ["name", "cniVersion"] {
+                    if let (Some(o), Some(val)) = (e.as_object_mut(), v.get(k)) {
+                        o.insert(k.into(), val.clone());
+                    }
+                }
+                e
+            })
+            .collect(),
+        None if v.get("type").and_then(|t| t.as_str()) == Some("ib-sriov") => vec![v.clone()],
+        None => Vec::new(),
+    };
+    if entries.is_empty() {
+        return (
+            Vec::new(),
+            vec![bad("no ib-sriov configuration in it (type \"ib-sriov\", or a conflist with one in plugins)".into())],
+        );
+    }
+    let mut checks = Vec::new();
+    let mut findings = Vec::new();
+    for e in entries {
+        let name = e
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or("?")
+            .to_string();
+        match crate::config::NetConf::parse(e.to_string().as_bytes()) {
+            Ok(_) => checks.push(ConfCheck {
+                name,
+                ok: true,
+                error: None,
+            }),
+            Err(err) => {
+                let text = format!("code {}: {}", err.code, err.msg);
+                findings.push(bad(format!("network {name}: {text}")));
+                checks.push(ConfCheck {
+                    name,
+                    ok: false,
+                    error: Some(text),
+                });
+            }
+        }
+    }
+    (checks, findings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_parsed_or_refused() {
+        let a = parse_args(&["--json".into(), "--host-root".into(), "/host".into()]).unwrap();
+        assert!(a.json && a.host_root == Some(PathBuf::from("/host")));
+        assert!(parse_args(&["--conf".into()])
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse_args(&["--frobnicate".into()])
+            .unwrap_err()
+            .contains("unknown"));
+    }
+
+    #[test]
+    fn conf_checks_name_what_add_would_refuse() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.conflist");
+        std::fs::write(
+            &p,
+            r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","pkey":"0x1ffff"},{"type":"tuning"}]}"#,
+        )
+        .unwrap();
+        let (checks, f) = check_conf(&p);
+        assert_eq!(checks.len(), 1);
+        assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
+        assert!(
+            f[0].message.contains("pkey") && f[0].message.contains("code 7"),
+            "{f:?}"
+        );
+        std::fs::write(
+            &p,
+            r#"{"cniVersion":"1.0.0","name":"ibnet","type":"ib-sriov"}"#,
+        )
+        .unwrap();
+        let (checks, f) = check_conf(&p);
+        assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
+        std::fs::write(&p, "garbage").unwrap();
+        assert!(check_conf(&p).1[0].message.contains("not JSON"));
+    }
+}

@@ -1,0 +1,163 @@
+//! The human form of the report: sections in a fixed order, one line per fact, so two
+//! runs on the same node print the same text.
+
+use super::report::Report;
+use std::fmt::Write;
+
+fn opt(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("-")
+}
+
+/// Renders `r` as text (ends with a newline).
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let n = &r.node;
+    let _ = writeln!(
+        o,
+        "ib-sriov doctor {} (host root {})",
+        r.plugin_version, r.host_root
+    );
+    let _ = writeln!(o, "\nnode");
+    let _ = writeln!(o, "  kernel            {}", opt(&n.kernel));
+    let mods: Vec<String> = n
+        .modules
+        .iter()
+        .map(|m| format!("{} {}", m.name, if m.loaded { "yes" } else { "no" }))
+        .collect();
+    let _ = writeln!(o, "  modules           {}", mods.join(", "));
+    let _ = writeln!(o, "  rdma netns mode   {}", opt(&n.rdma_netns_mode));
+    let _ = writeln!(o, "  VF GUIDs via      {}", n.vf_guid_source);
+    let _ = writeln!(o, "\nPFs");
+    if r.pfs.is_empty() {
+        let _ = writeln!(o, "  (none: no PCI device with sriov_totalvfs)");
+    }
+    for p in &r.pfs {
+        let _ = writeln!(
+            o,
+            "  {}  netdev {}  driver {}  {}  VFs {}/{}",
+            p.pci,
+            if p.netdevs.is_empty() {
+                "-".into()
+            } else {
+                p.netdevs.join(",")
+            },
+            opt(&p.driver),
+            p.link_layer,
+            p.num_vfs.map_or("-".into(), |v| v.to_string()),
+            p.total_vfs.map_or("-".into(), |v| v.to_string()),
+        );
+    }
+    let _ = writeln!(o, "\nVFs");
+    for v in &r.vfs {
+        let nd = if v.netdevs.is_empty() {
+            v.netdev_location.clone()
+        } else {
+            v.netdevs
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} ({}{})",
+                        d.name,
+                        if d.up { "up" } else { "down" },
+                        if d.carrier { ", carrier" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            o,
+            "  {} (PF {} VF {})  driver {}  netdev {}  rdma {}",
+            v.pci,
+            v.pf,
+            v.index,
+            opt(&v.driver),
+            nd,
+            if v.rdma_devices.is_empty() {
+                "-".into()
+            } else {
+                v.rdma_devices.join(",")
+            },
+        );
+        let _ = writeln!(
+            o,
+            "      node guid {}  port guid {}  link state {}",
+            opt(&v.node_guid),
+            opt(&v.port_guid),
+            opt(&v.link_state)
+        );
+        for h in &v.holders {
+            let _ = writeln!(
+                o,
+                "      held by {} {}{}  network {}  netns {} ({})  ips {}{}",
+                h.source,
+                h.container_id,
+                h.ifname
+                    .as_deref()
+                    .map(|i| format!("/{i}"))
+                    .unwrap_or_default(),
+                h.network,
+                opt(&h.netns),
+                opt(&h.netns_state),
+                if h.ips.is_empty() {
+                    "-".into()
+                } else {
+                    h.ips.join(",")
+                },
+                match h.complete {
+                    Some(false) => "  (ADD not complete)",
+                    _ => "",
+                }
+            );
+        }
+    }
+    let _ = writeln!(o, "\nbuilt-in IPAM");
+    if r.ipam.is_empty() {
+        let _ = writeln!(o, "  (no store)");
+    }
+    for s in &r.ipam {
+        let _ = writeln!(
+            o,
+            "  {}  range {}  allocated {}/{}  boot {}",
+            s.dir,
+            opt(&s.range),
+            s.allocated,
+            s.total.map_or("?".into(), |t| t.to_string()),
+            opt(&s.boot)
+        );
+        for orphan in &s.orphans {
+            let _ = writeln!(o, "      no attachment: {orphan}");
+        }
+    }
+    if !r.conf.is_empty() {
+        let _ = writeln!(o, "\n--conf");
+        for c in &r.conf {
+            let _ = writeln!(
+                o,
+                "  {}  {}",
+                c.name,
+                if c.ok {
+                    "valid"
+                } else {
+                    c.error.as_deref().unwrap_or("invalid")
+                }
+            );
+        }
+    }
+    let _ = writeln!(o, "\nfindings");
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for f in &r.findings {
+        let _ = writeln!(
+            o,
+            "  {:<7} {}  {}: {}",
+            f.severity.as_str(),
+            f.code,
+            f.subject,
+            f.message
+        );
+        let _ = writeln!(o, "          fix: {}", f.fix);
+    }
+    o
+}
