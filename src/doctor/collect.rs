@@ -92,7 +92,7 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
     let mut guid_netlink = false;
     let mut guid_ofed = false;
     for pf_addr in sriov_pfs(&sysfs, &mut notes) {
-        let pf = pf_of(&sysfs, &paths.sys, pf_addr);
+        let pf = pf_of(&sysfs, nl.as_ref(), pf_addr);
         let configs = nl
             .as_ref()
             .and_then(|nl| pf_vf_configs(nl, &pf, &mut notes))
@@ -125,19 +125,26 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 .and_then(|c| c.link_state)
                 .or_else(|| sysfs.read_ofed_policy(pf_addr, index).ok().flatten())
                 .map(|l| l.to_string());
+            // Listed in sysfs and, when rtnetlink answers, present in this netns (a
+            // name just renamed or moved away is left out rather than shown stale).
             let netdevs: Vec<Netdev> = sysfs
                 .netdevs(addr)
                 .unwrap_or_default()
                 .into_iter()
-                .map(|name| {
-                    let l = nl
-                        .as_ref()
-                        .and_then(|nl| nl.link_by_name(&name).ok().flatten());
-                    Netdev {
-                        up: l.as_ref().is_some_and(|l| l.up),
-                        carrier: l.as_ref().is_some_and(|l| l.carrier),
-                        name,
+                .filter_map(|name| match nl.as_ref() {
+                    Some(nl) => {
+                        let l = nl.link_by_name(&name).ok().flatten()?;
+                        Some(Netdev {
+                            up: l.up,
+                            carrier: l.carrier,
+                            name,
+                        })
                     }
+                    None => Some(Netdev {
+                        up: false,
+                        carrier: false,
+                        name,
+                    }),
                 })
                 .collect();
             let key = addr.to_string();
@@ -242,14 +249,24 @@ fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
     v
 }
 
-fn pf_of(sysfs: &Sysfs, sys: &Path, addr: PciAddress) -> Pf {
+/// The PF's facts; its link layer from `<PF>/net/<n>/type` (ARPHRD_*), else from the
+/// hardware address length rtnetlink reports (20 bytes: InfiniBand, 6: Ethernet).
+fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
     let dir = sysfs.pci_device_dir(addr);
     let netdevs = sysfs.netdevs(addr).unwrap_or_default();
     let types: Vec<Option<String>> = netdevs
         .iter()
-        .map(|n| attr(&dir.join("net").join(n).join("type")))
+        .map(|n| {
+            attr(&dir.join("net").join(n).join("type")).or_else(|| {
+                let l = nl?.link_by_name(n).ok()??;
+                match l.address.len() {
+                    20 => Some("32".to_string()),
+                    6 => Some("1".to_string()),
+                    _ => None,
+                }
+            })
+        })
         .collect();
-    let _ = sys;
     let link_layer = if types.iter().any(|t| t.as_deref() == Some("32")) {
         "InfiniBand"
     } else if types.iter().any(|t| t.as_deref() == Some("1")) {
@@ -385,7 +402,13 @@ fn holders(
             {
                 Ok(g) => go.entry(g.vf.to_string()).or_default().push(Holder {
                     source: "go-cache".into(),
-                    container_id: name,
+                    // The file is `<containerID>-<ifname>` (Go's SaveNetConf).
+                    container_id: g
+                        .pod_name
+                        .as_deref()
+                        .and_then(|i| name.strip_suffix(&format!("-{i}")))
+                        .unwrap_or(&name)
+                        .to_string(),
                     ifname: g.pod_name.clone(),
                     netns: None,
                     netns_state: None,
@@ -430,8 +453,17 @@ fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamN
         .iter()
         .map(|j| (j.container_id.clone(), j.ifname.clone()))
         .collect();
+    // One store reached through two paths (a symlinked dataDir) is listed once.
+    // Those a configuration names first: they know the range.
+    let mut stores: Vec<_> = stores.into_iter().collect();
+    stores.sort_by_key(|(_, conf)| conf.is_none());
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for ((dir, network), conf) in stores {
+        let real = std::fs::canonicalize(dir.join(&network)).unwrap_or(dir.join(&network));
+        if !seen.insert(real) {
+            continue;
+        }
         let store = DiskStore::new(&dir, &network);
         let records = match store.scan() {
             Ok(r) => r,

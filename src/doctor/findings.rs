@@ -22,6 +22,13 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
     let mut out = Vec::new();
     for n in notes {
         match n {
+            Note::Unreadable(what, why) if what == "RDMA netlink" => out.push(finding(
+                Info,
+                "rdma-unavailable",
+                what,
+                format!("no RDMA view: {why}"),
+                "load the RDMA stack (modprobe mlx5_ib, which loads ib_core) if this node serves RDMA networks",
+            )),
             Note::Unreadable(what, why) => out.push(finding(
                 Info,
                 "partial-view",
@@ -84,28 +91,28 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 "DEL the attachment whose pod is gone; two pods must never share a VF (check the SR-IOV device plugin's pool)",
             ));
         }
-        for (g, kind) in [(&vf.node_guid, "node"), (&vf.port_guid, "port")] {
+        for g in [&vf.node_guid, &vf.port_guid] {
             if let Some(g) = g.as_deref().filter(|g| *g != "00:00:00:00:00:00:00:00") {
-                guids
-                    .entry(format!("{kind} {g}"))
-                    .or_default()
-                    .push(&vf.pci);
+                let vfs = guids.entry(g.to_string()).or_default();
+                if !vfs.contains(&vf.pci.as_str()) {
+                    vfs.push(&vf.pci);
+                }
             }
         }
         if vf.driver.as_deref().is_some_and(|d| d != "vfio-pci")
             && vf.netdevs.is_empty()
-            && vf.netdev_location == "none"
+            && vf.holders.is_empty()
         {
             out.push(finding(
                 Warning,
                 "netdev-missing",
                 &vf.pci,
                 format!(
-                    "VF {} is bound to {} but has no netdev in the host and no live attachment",
+                    "VF {} is bound to {} but has no netdev in the host and no attachment",
                     vf.pci,
                     vf.driver.as_deref().unwrap_or("?")
                 ),
-                "rebind it (echo BDF > /sys/bus/pci/drivers/<driver>/unbind, then bind); a stale attachment is released by DEL or GC",
+                "rebind it: echo <BDF> > /sys/bus/pci/drivers/<driver>/unbind, then > .../bind (udev names the new netdev)",
             ));
         }
     }
@@ -146,7 +153,7 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 Error,
                 "duplicate-guid",
                 &vfs.join(","),
-                format!("VFs {} share the {} GUID", vfs.join(", "), g),
+                format!("VFs {} share the GUID {}", vfs.join(", "), g),
                 "give each VF its own GUID (ib-kubernetes' pool, or the network's GUIDs): the subnet manager sees one port",
             ));
         }
@@ -182,4 +189,72 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
     }
     out.sort_by(|a, b| (a.severity, &a.code, &a.subject).cmp(&(b.severity, &b.code, &b.subject)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::report::{Holder, Vf};
+
+    fn vf(pci: &str, driver: &str, guid: &str) -> Vf {
+        Vf {
+            pci: pci.into(),
+            pf: "0000:af:00.0".into(),
+            index: 0,
+            driver: Some(driver.into()),
+            netdevs: Vec::new(),
+            netdev_location: "in-pod".into(),
+            rdma_devices: Vec::new(),
+            node_guid: Some(guid.into()),
+            port_guid: Some(guid.into()),
+            link_state: None,
+            holders: vec![Holder {
+                source: "journal".into(),
+                container_id: "c".into(),
+                ifname: Some("net1".into()),
+                netns: None,
+                netns_state: Some("alive".into()),
+                network: "n".into(),
+                ips: Vec::new(),
+                complete: Some(true),
+                vfio: false,
+            }],
+        }
+    }
+
+    /// The RDMA rule needs a kernel RDMA subsystem, which the emulated host lacks: a
+    /// journal asking for isolation is an error only in shared mode.
+    #[test]
+    fn rdma_isolation_in_shared_mode_is_an_error_and_not_in_exclusive() {
+        let mut r = Report::default();
+        r.vfs
+            .push(vf("0000:af:00.2", "mlx5_core", "02:00:00:00:00:00:00:01"));
+        let notes = [Note::WantsIsolation("c/net1".into())];
+        r.node.rdma_netns_mode = Some("shared".into());
+        let f = evaluate(&r, &notes);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            (f[0].severity, f[0].code.as_str()),
+            (Severity::Error, "rdma-shared-with-isolation")
+        );
+        r.node.rdma_netns_mode = Some("exclusive".into());
+        assert!(evaluate(&r, &notes).is_empty());
+    }
+
+    /// One finding per shared GUID (node and port alike), naming each VF once; zero
+    /// GUIDs are unassigned, never duplicates.
+    #[test]
+    fn duplicate_guids_are_reported_once_per_guid() {
+        let mut r = Report::default();
+        let g = "02:00:00:00:00:00:00:07";
+        r.vfs.push(vf("0000:af:00.2", "mlx5_core", g));
+        r.vfs.push(vf("0000:af:00.3", "mlx5_core", g));
+        r.vfs
+            .push(vf("0000:af:00.4", "mlx5_core", "00:00:00:00:00:00:00:00"));
+        r.vfs
+            .push(vf("0000:af:00.5", "mlx5_core", "00:00:00:00:00:00:00:00"));
+        let f = evaluate(&r, &[]);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject, "0000:af:00.2,0000:af:00.3");
+    }
 }

@@ -1,0 +1,364 @@
+//! `ib-sriov doctor` on the emulated host (issue 24), the real binary run in the
+//! emulated host's netns with `--host-root` pointing at a directory that mirrors a
+//! node's `/sys` (the emulated tree), `/proc`, `/var/run/netns`, the Go cache dir, the
+//! IPAM data dir and the stateDir. Golden files in `tests/fixtures/doctor/` hold the
+//! human and JSON forms with run-dependent values replaced by placeholders
+//! (`UPDATE_GOLDEN=1` rewrites them). Needs root.
+
+mod common;
+
+use common::emuhost::EmuOptions;
+use common::lab::{bin, Lab};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A host root for `--host-root`: symlinks standing in for a node's directories.
+struct HostRoot {
+    dir: tempfile::TempDir,
+    go_cache: PathBuf,
+}
+
+/// Creates `<root>/<abs>` (parents as directories) as a symlink to `target`.
+fn mirror(root: &Path, abs: &Path, target: &Path) {
+    let at = root.join(abs.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(target, &at).unwrap();
+}
+
+impl HostRoot {
+    fn new(lab: &Lab) -> HostRoot {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let go_cache = lab.host.root().join("go-cache");
+        std::fs::create_dir_all(&go_cache).unwrap();
+        std::fs::create_dir_all(&lab.state).unwrap();
+        std::fs::create_dir_all(&lab.data).unwrap();
+        mirror(r, Path::new("/sys"), lab.host.root());
+        mirror(r, Path::new("/proc"), Path::new("/proc"));
+        mirror(r, Path::new("/var/run/netns"), Path::new("/var/run/netns"));
+        mirror(r, Path::new("/var/lib/cni/ib-sriov"), &go_cache);
+        mirror(r, Path::new("/var/lib/cni/networks"), &lab.data);
+        mirror(r, &lab.state, &lab.state);
+        mirror(r, &lab.data, &lab.data);
+        HostRoot { dir, go_cache }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Runs `ib-sriov doctor --host-root H --state-dir <stateDir> [extra]` in the emulated
+/// host's netns.
+fn doctor(lab: &Lab, h: &HostRoot, extra: &[&str]) -> Output {
+    let b = bin().display().to_string();
+    let hr = h.path().display().to_string();
+    let st = lab.state.display().to_string();
+    let mut args = vec![b.as_str(), "doctor", "--host-root", &hr, "--state-dir", &st];
+    args.extend_from_slice(extra);
+    lab.host.host_exec(&args)
+}
+
+/// Replaces what differs from run to run with placeholders.
+fn normalize(lab: &Lab, h: &HostRoot, text: &str) -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let emu = std::fs::canonicalize(lab.host.root()).unwrap();
+    let mut t = text
+        .replace(&h.path().display().to_string(), "<HOST>")
+        .replace(&emu.display().to_string(), "<EMU>")
+        .replace(&lab.host.root().display().to_string(), "<EMU>")
+        .replace(&lab.state.display().to_string(), "<STATE>")
+        .replace(kernel.trim(), "<KERNEL>")
+        .replace(boot.trim(), "<BOOT>")
+        .replace(env!("CARGO_PKG_VERSION"), "<VERSION>");
+    // Pod netns names carry the test process's PID: ibemu-<pid>-<n>-pod<k>.
+    let prefix = lab
+        .host
+        .root()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .split("-sysfs")
+        .next()
+        .unwrap()
+        .to_string();
+    t = t.replace(&prefix, "<EMUNS>");
+    t
+}
+
+/// The RDMA subsystem's presence depends on the machine (no `ib_core` on the CI
+/// machine, `rdma_rxe` loaded on a developer's): its line and finding are left out.
+fn without_rdma_lines(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut skip_fix = false;
+    for l in text.lines() {
+        if skip_fix {
+            skip_fix = false;
+            if l.trim_start().starts_with("fix:") {
+                continue;
+            }
+        }
+        if l.contains("rdma-unavailable") {
+            skip_fix = true;
+            continue;
+        }
+        if l.starts_with("  rdma netns mode") {
+            continue;
+        }
+        out.push(l);
+    }
+    out.join("\n") + "\n"
+}
+
+fn json_without_rdma(mut v: Value) -> Value {
+    v["node"]["rdmaNetnsMode"] = json!("<RDMA>");
+    if let Some(f) = v["findings"].as_array_mut() {
+        f.retain(|x| x["code"] != "rdma-unavailable");
+    }
+    v
+}
+
+/// Compares `got` with golden file `name`, or writes it under `UPDATE_GOLDEN=1`.
+fn golden(name: &str, got: &str) {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/doctor")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", p.display()));
+    assert_eq!(got, want, "golden {name} differs; got:\n{got}");
+}
+
+/// Both forms against their golden files; returns the JSON and the exit status.
+fn check_golden(lab: &Lab, h: &HostRoot, name: &str) -> (Value, i32) {
+    let out = doctor(lab, h, &[]);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = normalize(lab, h, &String::from_utf8_lossy(&out.stdout));
+    golden(&format!("{name}.txt"), &without_rdma_lines(&text));
+    let out_json = doctor(lab, h, &["--json"]);
+    assert_eq!(out_json.status.code(), out.status.code());
+    let j: Value = serde_json::from_str(&normalize(
+        lab,
+        h,
+        &String::from_utf8_lossy(&out_json.stdout),
+    ))
+    .unwrap();
+    let j = json_without_rdma(j);
+    golden(
+        &format!("{name}.json"),
+        &(serde_json::to_string_pretty(&j).unwrap() + "\n"),
+    );
+    assert_eq!(j["schemaVersion"], 1);
+    (j, out.status.code().unwrap())
+}
+
+fn codes(j: &Value) -> Vec<String> {
+    j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["severity"].as_str().unwrap(),
+                f["code"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// An idle node: the PF and its four VFs (one bound to vfio-pci) with their netdevs,
+/// GUIDs and policies from the MLNX_OFED files, no holder, no finding; exit 0.
+#[test]
+fn doctor_on_an_idle_node() {
+    let lab = Lab::new(EmuOptions {
+        vfio: vec![3],
+        ..EmuOptions::default()
+    });
+    let h = HostRoot::new(&lab);
+    let (j, rc) = check_golden(&lab, &h, "idle");
+    assert_eq!(rc, 0, "{j}");
+    assert_eq!(j["vfs"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        j["vfs"][0]["netdevs"][0]["name"],
+        lab.host.vf(0).netdev.clone().unwrap()
+    );
+    assert_eq!(j["vfs"][3]["driver"], "vfio-pci");
+    assert_eq!(j["node"]["vfGuidSource"], "mlnx-ofed-sysfs");
+    assert!(codes(&j).is_empty(), "{:?}", codes(&j));
+}
+
+/// A node with attachments: ours on VF 0 (pod alive, built-in IPAM address), ours on
+/// VF 1 whose pod netns is gone, and a Go plugin's cache file for VF 2. Holders, IPs,
+/// the IPAM store's range and counts, and the one finding (netns-gone) are shown; the
+/// doctor changed nothing (journals and host as before); exit 0 (a warning only).
+#[test]
+fn doctor_on_a_node_with_attachments() {
+    let lab = Lab::default();
+    let h = HostRoot::new(&lab);
+    let pod = lab.host.new_pod();
+    let pod_gone = lab.host.new_pod();
+    lab.add("live", &pod, &lab.conf("1.0.0", 0)).expect_ok();
+    lab.add("gone", &pod_gone, &lab.conf("1.0.0", 1))
+        .expect_ok();
+    pod_gone.delete().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/go-cache/ib-sriov")
+        .join("6901bdd3182eac82109fd0ff9b6657b43d784812cb2c785d2f61bb67688e7c62-net1");
+    std::fs::copy(&fixture, h.go_cache.join(fixture.file_name().unwrap())).unwrap();
+    // The kernel destroys the dead netns' veth pair asynchronously: wait for it.
+    let peer1 = lab.host.vf(1).peer.clone().unwrap();
+    let t = std::time::Instant::now();
+    while lab.host.snapshot().link(&peer1).is_some() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{peer1} lives on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = (lab.host.snapshot(), lab.journals());
+    let (j, rc) = check_golden(&lab, &h, "attachments");
+    assert_eq!(rc, 0);
+    assert_eq!((lab.host.snapshot(), lab.journals()), before, "read-only");
+    let vf0 = &j["vfs"][0];
+    assert_eq!(vf0["holders"][0]["containerId"], "live");
+    assert_eq!(vf0["holders"][0]["netnsState"], "alive");
+    assert_eq!(vf0["netdevLocation"], "in-pod");
+    assert_eq!(j["vfs"][1]["holders"][0]["netnsState"], "gone");
+    assert_eq!(j["vfs"][2]["holders"][0]["source"], "go-cache");
+    assert_eq!(j["ipam"][0]["allocated"], 2);
+    assert_eq!(
+        j["ipam"][0]["total"], 253,
+        "10.56.217.0/24 without .0, .1 (gateway) and .255"
+    );
+    assert_eq!(codes(&j), ["warning netns-gone"]);
+    lab.del("live", pod.netns(), &lab.conf("1.0.0", 0))
+        .expect_ok();
+    lab.del("gone", pod_gone.netns(), &lab.conf("1.0.0", 1))
+        .expect_ok();
+}
+
+/// Every finding the emulated host can produce, at once: a VF held twice (our journal
+/// and a Go cache file), a journal naming a VF bound to vfio-pci while it attached a
+/// netdev, a zero GUID under ibKubernetesEnabled, duplicate GUIDs across two VFs, a
+/// bound VF without netdev, allocations of another boot and without attachment, an
+/// unreadable journal (garbage), an oversized one, a FIFO in place of a journal and of
+/// a sysfs attribute; and `--conf` refusing a configuration ADD would refuse. Hostile
+/// files give findings, not a crash; exit 1.
+#[test]
+fn doctor_reports_each_finding_and_survives_hostile_files() {
+    let lab = Lab::new(EmuOptions {
+        vfio: vec![3],
+        ..EmuOptions::default()
+    });
+    let h = HostRoot::new(&lab);
+    let pod = lab.host.new_pod();
+    lab.add("twice", &pod, &lab.conf("1.0.0", 0)).expect_ok();
+    // Held twice: a Go cache file for the same VF 0 (the fixture's VF 0).
+    let go = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/go-cache/ib-sriov")
+        .join("7075bb54a2a9b66e19396ad85e55f07510cc5a7d73595e94d0dfc36088eeb330-net1");
+    std::fs::copy(&go, h.go_cache.join(go.file_name().unwrap())).unwrap();
+    // A journal edited to claim vfio VF 3 as a netdev attachment with ib-kubernetes.
+    let mut jv: Value =
+        serde_json::from_slice(&std::fs::read(lab.state.join("twice:net1")).unwrap()).unwrap();
+    jv["containerId"] = json!("edited");
+    jv["vf"] = json!(lab.host.vf(3).addr);
+    jv["conf"]["ibKubernetesEnabled"] = json!(true);
+    std::fs::write(lab.state.join("edited:net1"), jv.to_string()).unwrap();
+    // VF 3's GUIDs zero; VF 1 and VF 2 share a GUID.
+    for (vf, g) in [
+        (3, "00:00:00:00:00:00:00:00"),
+        (1, "02:00:00:00:00:00:77:77"),
+        (2, "02:00:00:00:00:00:77:77"),
+    ] {
+        let v = lab.host.vf(vf);
+        for p in [v.ofed_node(), v.ofed_port()] {
+            std::fs::write(p.unwrap(), format!("{g}\n")).unwrap();
+        }
+    }
+    // VF 2 (bound to mlx5_core) loses its netdev.
+    let peer = lab.host.vf(2).peer.clone().unwrap();
+    lab.host.host_ip(&["link", "del", &peer]);
+    lab.host.sync_netdevs().unwrap();
+    // IPAM: the marker names another boot; a record without attachment.
+    let store = lab.data.join("ibnet");
+    std::fs::write(
+        store.join("boot_id"),
+        "00000000-0000-4000-8000-000000000000\n",
+    )
+    .unwrap();
+    std::fs::write(store.join("10.56.217.99"), "nobody\r\nnet9").unwrap();
+    // Hostile journals and sysfs.
+    std::fs::write(lab.state.join("garbage:net1"), "{not json").unwrap();
+    std::fs::write(lab.state.join("huge:net1"), vec![b' '; 9 << 20]).unwrap();
+    nix::unistd::mkfifo(
+        &lab.state.join("fifo:net1"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let numvfs = lab.host.pf().dir.join("sriov_numvfs");
+    std::fs::remove_file(&numvfs).unwrap();
+    nix::unistd::mkfifo(&numvfs, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let conf = h.path().join("bad.conflist");
+    std::fs::write(
+        &conf,
+        r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","link_state":"sideways"}]}"#,
+    )
+    .unwrap();
+
+    let (j, rc) = check_golden(&lab, &h, "findings");
+    assert_eq!(rc, 1, "an error finding makes the exit status 1");
+    let c = codes(&j);
+    for want in [
+        "error vf-held-twice",
+        "error vfio-under-netdev-attachment",
+        "error zero-guid",
+        "error duplicate-guid",
+        "error journal-unreadable",
+        "warning netdev-missing",
+        "warning allocations-of-another-boot",
+        "warning ipam-orphans",
+    ] {
+        assert!(c.iter().any(|x| x == want), "{want} missing from {c:?}");
+    }
+    assert_eq!(
+        c.iter()
+            .filter(|x| *x == "error journal-unreadable")
+            .count(),
+        3,
+        "garbage, oversized and FIFO journals: {c:?}"
+    );
+    assert_eq!(
+        j["pfs"][0]["numVfs"],
+        Value::Null,
+        "a FIFO attribute reads as unknown"
+    );
+    // --conf: the refusal ADD would give, as an error finding.
+    let out = doctor(&lab, &h, &["--json", "--conf", &conf.display().to_string()]);
+    let jc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(jc["conf"][0]["ok"], false, "{jc}");
+    assert!(
+        jc["conf"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("link_state"),
+        "{jc}"
+    );
+    assert!(codes(&jc).contains(&"error conf-invalid".to_string()));
+    for p in ["garbage:net1", "huge:net1", "fifo:net1", "edited:net1"] {
+        std::fs::remove_file(lab.state.join(p)).unwrap();
+    }
+    lab.del("twice", pod.netns(), &lab.conf("1.0.0", 0))
+        .expect_ok();
+}
