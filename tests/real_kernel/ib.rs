@@ -634,3 +634,166 @@ fn ib_netdev_deleted_in_pod_before_netns_delete() {
 fn ib_no_refund_netdev_destroyed_with_netns() {
     ib_destroyed_netdev_recovered_by_del("ibnoref", |pod| pod.delete());
 }
+
+/// `ib-sriov doctor --json --state-dir <the test's stateDir>` in the guest's initial
+/// netns (real /sys, /proc, rtnetlink and RDMA netlink); its human form is printed to
+/// the test log (README "Diagnosing a node" quotes it).
+fn doctor_json(p: &Plugin, what: &str) -> Value {
+    let state = p.state().display().to_string();
+    let out = Command::new(BIN)
+        .args(["doctor", "--state-dir", &state])
+        .output()
+        .unwrap();
+    eprintln!(
+        "---- ib-sriov doctor, {what} (exit {:?})\n{}",
+        out.status.code(),
+        text(&out.stdout)
+    );
+    let out = Command::new(BIN)
+        .args(["doctor", "--json", "--state-dir", &state])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json ({e}): {}", text(&out.stdout)))
+}
+
+/// The doctor's entry for VF `vf`.
+fn doctor_vf<'a>(j: &'a Value, vf: &str) -> &'a Value {
+    j["vfs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["pci"] == vf)
+        .unwrap_or_else(|| panic!("doctor lists no VF {vf}: {j}"))
+}
+
+/// What `ip -d link show ibpf0` says of VF `n`: (node GUID, port GUID, link state).
+fn pf_vf_line(n: u32) -> (String, String, String) {
+    let t = pf_vf_text(n);
+    let after = |key: &str| {
+        t.split_whitespace()
+            .skip_while(|w| *w != key)
+            .nth(1)
+            .unwrap_or_default()
+            .trim_end_matches(',')
+            .to_string()
+    };
+    (after("NODE_GUID"), after("PORT_GUID"), after("link-state"))
+}
+
+/// Checks the doctor's view of VF `vf` against iproute2 and sysfs: driver, netdevs in
+/// this netns (`ip -j link` names under `<VF>/net/`), RDMA devices (`rdma -j dev`
+/// names under `<VF>/infiniband/`), GUIDs and link state (the PF's `vf N` line).
+fn assert_doctor_matches_the_kernel(j: &Value, vf: &str) {
+    let d = doctor_vf(j, vf);
+    assert_eq!(d["driver"], "ibvf", "{d}");
+    let netdevs: Vec<String> = d["netdevs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(netdevs, sysfs_netdevs(vf), "{d}");
+    for n in &netdevs {
+        assert_eq!(
+            ip_json(&["link", "show", "dev", n])
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    let rdma: Vec<String> = d["rdmaDevices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(rdma, rdma_of(vf), "{d}");
+    let listed: Vec<String> = rdma_devs().into_iter().map(|(_, n)| n).collect();
+    for r in &rdma {
+        assert!(listed.contains(r), "rdma dev lists {r}: {listed:?}");
+    }
+    let (node, port, state) = pf_vf_line(vf_index(vf));
+    assert_eq!(d["nodeGuid"], node, "{d}");
+    assert_eq!(d["portGuid"], port, "{d}");
+    assert_eq!(d["linkState"], state, "{d}");
+}
+
+/// `ib-sriov doctor` on the ibvf VFs before ADD, during (RDMA device and netdev in the
+/// pod, GUID set, the holder with its IP) and after DEL, each time checked against
+/// `rdma dev`, `ip link` and the PF's `vf N` line; no error finding at any point, the
+/// RDMA netns mode and the netlink GUID source as the kernel has them.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_doctor_before_during_and_after_an_attachment() {
+    ib_phase();
+    let vf = &vfs()[1];
+    let p = Plugin::new();
+    let before = doctor_json(&p, "before ADD");
+    assert_eq!(
+        before["node"]["rdmaNetnsMode"],
+        rdma_system_mode(),
+        "{}",
+        before["node"]
+    );
+    assert_eq!(before["node"]["vfGuidSource"], "netlink");
+    assert_doctor_matches_the_kernel(&before, vf);
+    assert!(doctor_vf(&before, vf)["holders"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let pf = before["pfs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["pci"] == pf())
+        .unwrap_or_else(|| panic!("doctor lists PF {}: {before}", pf()));
+    assert_eq!(pf["linkLayer"], "InfiniBand", "{pf}");
+    assert_eq!(pf["numVfs"], vfs().len(), "{pf}");
+
+    let pod = Pod::new("ibdoctor");
+    let guid = 0x0200_0000_0000_0e05;
+    let conf = p.ib_conf(vf, guid, true);
+    let res = p
+        .run("ADD", "cid-ibdoctor", &pod.path(), &conf)
+        .expect_ok("ADD");
+    let during = doctor_json(&p, "with the VF in a pod");
+    assert_doctor_matches_the_kernel(&during, vf);
+    let d = doctor_vf(&during, vf);
+    assert_eq!(d["netdevLocation"], "in-pod", "{d}");
+    assert_eq!(d["nodeGuid"], guid_text(guid), "{d}");
+    let h = &d["holders"][0];
+    assert_eq!(h["containerId"], "cid-ibdoctor", "{d}");
+    assert_eq!(h["netns"], pod.path(), "{d}");
+    assert_eq!(h["netnsState"], "alive", "{d}");
+    let ip = res["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    assert_eq!(h["ips"][0], ip, "{d}");
+    assert_eq!(pod_rdma(&pod).len(), 1, "the RDMA device is in the pod");
+    let errors = |j: &Value| -> Vec<Value> {
+        j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] == "error")
+            .cloned()
+            .collect()
+    };
+    assert!(errors(&during).is_empty(), "{:?}", errors(&during));
+
+    p.run("DEL", "cid-ibdoctor", &pod.path(), &conf)
+        .expect_ok("DEL");
+    udev_settle();
+    let after = doctor_json(&p, "after DEL");
+    assert_doctor_matches_the_kernel(&after, vf);
+    assert!(doctor_vf(&after, vf)["holders"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(errors(&after).is_empty(), "{:?}", errors(&after));
+}
