@@ -28,6 +28,15 @@
 #   bench   scripts/bench.sh: iproute2, containernetworking-plugins, python3, and for its
 #           default store (a journaled ext4 on a loop device) mount (losetup), e2fsprogs
 #           (mkfs.ext4) and util-linux (findmnt)
+#   cross-aarch64, cross-powerpc64le, cross-s390x
+#           scripts/build.sh --arch ARCH: Debian 12's Rust toolchain rustc-web and
+#           cargo-web (bookworm-security; /usr/bin/rustc, /usr/bin/cargo) with its
+#           standard library's source, rust-web-src (the same source package and version,
+#           so the std built from it matches that compiler exactly), the cross C
+#           toolchain (gcc-<gnu triple>, the linker), static glibc
+#           (libc6-dev-<arch>-cross) and binutils (readelf); qemu-user-static from
+#           bookworm-backports runs the binaries (scripts/cross-check.sh, the image test).
+#           No foreign dpkg architecture is added: every package is an amd64 one.
 #
 # Without root it installs nothing: it names the missing packages and exits 1.
 # IB_SRIOV_NO_APT=1 forbids apt-get (same message, exit 1).
@@ -44,8 +53,17 @@ packages() {
     lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;
+    cross-aarch64 | cross-powerpc64le | cross-s390x)
+        local gnu deb
+        case "$1" in
+        cross-aarch64) gnu=aarch64-linux-gnu deb=arm64 ;;
+        cross-powerpc64le) gnu=powerpc64le-linux-gnu deb=ppc64el ;;
+        cross-s390x) gnu=s390x-linux-gnu deb=s390x ;;
+        esac
+        echo "-:rustc-web -:cargo-web -:rust-web-src -:gcc-$gnu -:libc6-dev-$deb-cross -:binutils bookworm-backports:qemu-user-static"
+        ;;
     *)
-        echo "deps.sh: unknown group '$1' (demo, test, lab, image, bench)" >&2
+        echo "deps.sh: unknown group '$1' (demo, test, lab, image, bench, cross-aarch64, cross-powerpc64le, cross-s390x)" >&2
         exit 2
         ;;
     esac

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The image test (.ci/run): builds the image (scripts/image.sh) and runs it for real, as
-# the DaemonSet's container and the SR-IOV network operator's init container run it:
+# The image test (.ci/run): builds the multi-platform image (scripts/image.sh) and runs
+# it for real, as the DaemonSet's container and the SR-IOV network operator's init
+# container run it:
+#
+#   0. The OCI archive holds one image index listing one image per platform asked for,
+#      each with its os/architecture; each platform's image config says that
+#      architecture, and its two binaries are static ELF executables of that machine.
 #
 #   1. `podman run ... --no-sleep` with a temp directory mounted as /host/opt/cni/bin,
 #      with every capability dropped, a read-only root filesystem and no-new-privileges
@@ -14,6 +19,14 @@
 #   4. The end-to-end tests that need no fail points, run once against the plugin taken
 #      out of the image (IB_SRIOV_BIN): libcni ADD/CHECK/DEL/DEL for each version and
 #      config format, the InfiniBand GUID capability, and ADD/CHECK/DEL/DEL per version.
+#   5. Every platform's image, taken from the archive's index with `podman run --arch`
+#      into a storage of its own, the non-amd64 ones through qemu-user (binfmt_misc,
+#      scripts/binfmt.sh): the image holds that machine's plugin, --no-sleep copies it
+#      byte-identical (thin_entrypoint's own VERSION check of the copy passes), and the
+#      copy answers VERSION here too.
+#
+#   IB_SRIOV_IMAGE_PLATFORMS   platforms built and run (default linux/amd64,linux/arm64;
+#                              all four: linux/amd64,linux/arm64,linux/ppc64le,linux/s390x)
 #
 # podman runs with runc (`--runtime runc`): crun, podman's default, fails on these
 # machines' cgroup hybrid mode; the ulimits avoid podman's defaults, which these
@@ -21,19 +34,45 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh image test
+platforms="${IB_SRIOV_IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
+[[ ",$platforms," == *,linux/amd64,* ]] || { echo "image-test: the platforms must include linux/amd64" >&2; exit 2; }
 
 tmp="$(mktemp -d /tmp/ib-sriov-image-test.XXXXXX)"
 ctr="ib-sriov-image-test-$$"
+# Step 5's podman: a storage of its own, as on a node that has no image yet.
+node=(podman --root "$tmp/node-storage" --runroot "$tmp/node-run" --storage-driver vfs)
 cleanup() {
     podman rm -f "$ctr" >/dev/null 2>&1 || true
+    "${node[@]}" rm -f "$ctr" >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 fail() { echo "image-test: FAIL: $*" >&2; exit 1; }
 pass() { echo "image-test: ok: $*"; }
 
-image="$(scripts/image.sh --oci-archive "$tmp/ib-sriov.oci.tar")"
-pass "built $image ($(du -h "$tmp/ib-sriov.oci.tar" | cut -f1) as an OCI archive)"
+index="$(scripts/image.sh --platforms "$platforms" --oci-archive "$tmp/ib-sriov.oci.tar")"
+pass "built $index ($(du -h "$tmp/ib-sriov.oci.tar" | cut -f1) as an OCI archive)"
+image="$index-amd64" # this machine's platform
+
+# 0. One index, one image per platform, each of its architecture.
+python3 - "$tmp/ib-sriov.oci.tar" "$platforms" <<'PY' || fail "the OCI archive's index"
+import json, sys, tarfile
+tar = tarfile.open(sys.argv[1])
+blob = lambda d: json.load(tar.extractfile("blobs/" + d["digest"].replace(":", "/")))
+top = json.load(tar.extractfile("index.json"))
+assert len(top["manifests"]) == 1, top
+index = top["manifests"][0]
+assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index
+entries = blob(index)["manifests"]
+found = sorted(f'{m["platform"]["os"]}/{m["platform"]["architecture"]}' for m in entries)
+want = sorted(sys.argv[2].split(","))
+assert found == want, (found, want)
+for m in entries:
+    config = blob(blob(m)["config"])
+    assert config["architecture"] == m["platform"]["architecture"], (m, config["architecture"])
+print("index:", ", ".join(found))
+PY
+pass "the OCI archive is one image index of ${platforms//,/, }, each image's config of its architecture"
 buildah inspect --format '{{range $k, $v := .OCIv1.Config.Labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' "$image" >"$tmp/labels"
 for l in version revision created source licenses; do
     grep -q "^org.opencontainers.image.$l=." "$tmp/labels" || fail "label org.opencontainers.image.$l missing"
@@ -44,7 +83,7 @@ pass "labels $(paste -sd' ' "$tmp/labels"); entrypoint $entry"
 
 # The image's own files, for comparison and for the tests.
 mkdir -p "$tmp/image-bin"
-podman create --runtime runc --name "$ctr" "$image" >/dev/null
+podman create --runtime runc --name "$ctr" "$index" >/dev/null
 podman cp "$ctr:/usr/bin/ib-sriov" "$tmp/image-bin/ib-sriov"
 podman cp "$ctr:/usr/bin/thin_entrypoint" "$tmp/image-bin/thin_entrypoint"
 podman rm "$ctr" >/dev/null
@@ -53,7 +92,7 @@ run=(podman run --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:102
 
 # 1. As the operator's init container: --no-sleep.
 mkdir "$tmp/cnibin1"
-"${run[@]}" --rm -v "$tmp/cnibin1:/host/opt/cni/bin" "$image" --no-sleep >"$tmp/run1.log" 2>&1 ||
+"${run[@]}" --rm -v "$tmp/cnibin1:/host/opt/cni/bin" "$index" --no-sleep >"$tmp/run1.log" 2>&1 ||
     { cat "$tmp/run1.log" >&2; fail "podman run --no-sleep"; }
 copy="$tmp/cnibin1/ib-sriov"
 cmp "$copy" "$tmp/image-bin/ib-sriov" || fail "the copy differs from the image's /usr/bin/ib-sriov"
@@ -66,7 +105,7 @@ pass "--no-sleep: copy byte-identical, mode 755, answers VERSION $(cat "$tmp/ver
 
 # 2. As the DaemonSet's container: sleeps until SIGTERM, then exits 0.
 mkdir "$tmp/cnibin2"
-"${run[@]}" -d --name "$ctr" -v "$tmp/cnibin2:/host/opt/cni/bin" "$image" >/dev/null
+"${run[@]}" -d --name "$ctr" -v "$tmp/cnibin2:/host/opt/cni/bin" "$index" >/dev/null
 for _ in $(seq 100); do [[ -e "$tmp/cnibin2/ib-sriov" ]] && break; sleep 0.1; done
 cmp "$tmp/cnibin2/ib-sriov" "$tmp/image-bin/ib-sriov" || fail "daemon mode: no identical copy"
 sleep 1
@@ -95,3 +134,43 @@ ct=(cargo test --target "$triple" --features failpoints)
 "${ct[@]}" --test libcni_e2e
 "${ct[@]}" --test plugin_emulated -- --exact add_check_del_del_for_every_version
 pass "static-binary, libcni and per-version end-to-end tests against the image's binaries"
+
+# 5. Each platform's image as a node of that platform gets it: from the index in the OCI
+# archive (what is pushed to a registry), into a podman storage of its own (a node that
+# has nothing yet), chosen by `--arch`; the non-amd64 ones run under qemu-user.
+. scripts/binfmt.sh # binfmt_register
+IFS=, read -r -a plats <<<"$platforms"
+for p in "${plats[@]}"; do
+    arch="${p#linux/}"
+    case "$arch" in
+    amd64) qarch="" machine="Advanced Micro Devices X86-64" how=natively ;;
+    arm64) qarch=aarch64 machine=AArch64 ;;
+    ppc64le) qarch=ppc64le machine=PowerPC64 ;;
+    s390x) qarch=s390x machine="IBM S/390" ;;
+    esac
+    if [[ -n "$qarch" ]]; then
+        binfmt_register "$qarch" || fail "$arch: qemu-$qarch binfmt handler"
+        how="under qemu-$qarch"
+    fi
+    mkdir "$tmp/bin-$arch" "$tmp/cnibin-$arch"
+    "${node[@]}" create --runtime runc --arch "$arch" --name "$ctr" "oci-archive:$tmp/ib-sriov.oci.tar" >/dev/null 2>&1 ||
+        fail "$arch: podman create --arch $arch from the archive's index"
+    [[ "$("${node[@]}" image inspect -f '{{.Architecture}}' "$("${node[@]}" inspect -f '{{.Image}}' "$ctr")")" == "$arch" ]] ||
+        fail "$arch: podman --arch $arch took another platform's image from the index"
+    "${node[@]}" cp "$ctr:/usr/bin/ib-sriov" "$tmp/bin-$arch/ib-sriov"
+    "${node[@]}" rm "$ctr" >/dev/null
+    readelf -h "$tmp/bin-$arch/ib-sriov" | grep -q "Machine: *$machine" ||
+        fail "$arch: the $arch image holds a plugin for $(readelf -h "$tmp/bin-$arch/ib-sriov" | grep Machine)"
+    "${node[@]}" run --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none \
+        --cap-drop ALL --read-only --security-opt no-new-privileges --arch "$arch" --rm \
+        -v "$tmp/cnibin-$arch:/host/opt/cni/bin" "oci-archive:$tmp/ib-sriov.oci.tar" --no-sleep \
+        >"$tmp/run-$arch.log" 2>&1 || { cat "$tmp/run-$arch.log" >&2; fail "$arch: podman run --no-sleep"; }
+    copy="$tmp/cnibin-$arch/ib-sriov"
+    cmp "$copy" "$tmp/bin-$arch/ib-sriov" || fail "$arch: the copy differs from the $arch image's /usr/bin/ib-sriov"
+    [[ "$(ls -A "$tmp/cnibin-$arch")" == ib-sriov ]] || fail "$arch: left in the directory: $(ls -A "$tmp/cnibin-$arch")"
+    v="$(CNI_COMMAND=VERSION "$copy" </dev/null)" || fail "$arch: the copy does not answer VERSION"
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert "1.1.0" in v["supportedVersions"], v' "$v" ||
+        fail "$arch: VERSION answer: $v"
+    pass "$arch: podman run --arch $arch --no-sleep from the index, $how: the $machine plugin copied byte-identical (thin_entrypoint's VERSION check passed), the copy answers VERSION"
+done
+"${node[@]}" rmi -a -f >/dev/null 2>&1 || true

@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # Builds the ib-sriov image (Containerfile) with buildah, without any registry pull: the
 # image is FROM scratch and holds the two static binaries that scripts/build.sh makes
-# (/usr/bin/ib-sriov, /usr/bin/thin_entrypoint; entrypoint thin_entrypoint).
+# (/usr/bin/ib-sriov, /usr/bin/thin_entrypoint; entrypoint thin_entrypoint), one image
+# per platform, gathered in one OCI image index (a buildah manifest list), as the Go
+# ib-sriov-cni release image is (linux/amd64, linux/arm64, linux/ppc64le, linux/s390x).
 #
-#   scripts/image.sh [--tag NAME] [--oci-archive FILE] [--skip-build]
+#   scripts/image.sh [--tag NAME] [--platforms LIST] [--oci-archive FILE] [--skip-build]
 #
-#   --tag NAME          image name (default localhost/ib-sriov:<Cargo version>)
-#   --oci-archive FILE  also write the image as an OCI archive (for `skopeo copy
-#                       oci-archive:FILE docker://your.registry/ib-sriov:TAG`, or
-#                       `podman load -i FILE`)
-#   --skip-build        use the binaries already in target/<triple>/release
+#   --tag NAME          name of the image index (default localhost/ib-sriov:<Cargo
+#                       version>); each platform's image is also tagged NAME-<arch>
+#                       (localhost/ib-sriov:0.1.0-arm64)
+#   --platforms LIST    comma-separated, of linux/amd64, linux/arm64, linux/ppc64le,
+#                       linux/s390x (default: all four). The binaries of a platform other
+#                       than this machine's come from `scripts/build.sh --arch` (Debian's
+#                       cross toolchain, installed by scripts/deps.sh on first use)
+#   --oci-archive FILE  also write the index with every platform's image as one OCI
+#                       archive (for `skopeo copy --all oci-archive:FILE
+#                       docker://your.registry/ib-sriov:TAG`, or `podman load -i FILE`)
+#   --skip-build        use the binaries already built (target/<triple>/release, or
+#                       target/cross/<triple>/release for another architecture)
 #
-# Prints the image name on stdout. Needs root (buildah's default storage); installs
+# Prints the index's name on stdout. Needs root (buildah's default storage); installs
 # buildah, podman and runc (scripts/deps.sh image). Labels: the OCI annotations
 # version, revision (git commit), created (SOURCE_DATE_EPOCH or now), source
 # (IB_SRIOV_SOURCE, else the git remote `origin`, else "unknown"), licenses.
+# Building an image of another platform runs nothing of that platform (FROM scratch, no
+# RUN), so it needs no emulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tag="" archive="" skip_build=0
+tag="" archive="" skip_build=0 platforms="linux/amd64,linux/arm64,linux/ppc64le,linux/s390x"
 while (($#)); do
     case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --oci-archive) archive="$2"; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
+    --platforms) platforms="$2"; shift 2 ;;
     *) echo "image.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -40,28 +52,49 @@ else
 fi
 source_url="${IB_SRIOV_SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}"
 
-if ((skip_build)); then
-    triple="${CARGO_BUILD_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
-    bindir="$PWD/target/$triple/release"
-else
-    bindir="$(scripts/build.sh)"
-fi
-for b in ib-sriov thin_entrypoint; do
-    [[ -x "$bindir/$b" ]] || { echo "image.sh: missing $bindir/$b (run scripts/build.sh)" >&2; exit 1; }
+# Every platform checked before anything is built.
+IFS=, read -r -a plats <<<"$platforms"
+((${#plats[@]})) || { echo "image.sh: --platforms is empty" >&2; exit 2; }
+declare -A arch_of=([linux/amd64]=x86_64 [linux/arm64]=aarch64 [linux/ppc64le]=powerpc64le [linux/s390x]=s390x)
+for p in "${plats[@]}"; do
+    [[ -n "${arch_of[$p]:-}" ]] || {
+        echo "image.sh: unknown platform '$p' (linux/amd64, linux/arm64, linux/ppc64le, linux/s390x)" >&2
+        exit 2
+    }
 done
 
 ctx="$(mktemp -d /tmp/ib-sriov-image.XXXXXX)"
 trap 'rm -rf "$ctx"' EXIT
-cp Containerfile "$ctx/"
-cp "$bindir/ib-sriov" "$bindir/thin_entrypoint" "$ctx/"
-echo "image.sh: building $tag from $bindir" >&2
-buildah build --layers=false --pull=false -f "$ctx/Containerfile" \
-    --build-arg VERSION="$version" --build-arg REVISION="$revision" \
-    --build-arg CREATED="$created" --build-arg SOURCE="$source_url" \
-    -t "$tag" "$ctx" >&2
+# A new index each time: the old one (and an image of that name) would keep old entries.
+buildah manifest rm "$tag" >/dev/null 2>&1 || true
+buildah rmi "$tag" >/dev/null 2>&1 || true
+buildah manifest create "$tag" >/dev/null
+for p in "${plats[@]}"; do
+    arch="${arch_of[$p]}"
+    if ((skip_build)); then
+        triple="$arch-unknown-linux-gnu"
+        if [[ "$arch" == "$(uname -m)" ]]; then
+            bindir="$PWD/target/${CARGO_BUILD_TARGET:-$triple}/release"
+        else
+            bindir="$PWD/target/cross/$triple/release"
+        fi
+    else
+        bindir="$(scripts/build.sh --arch "$arch")"
+    fi
+    for b in ib-sriov thin_entrypoint; do
+        [[ -x "$bindir/$b" ]] || { echo "image.sh: missing $bindir/$b (run scripts/build.sh --arch $arch)" >&2; exit 1; }
+    done
+    rm -rf "$ctx/$arch" && mkdir "$ctx/$arch"
+    cp Containerfile "$bindir/ib-sriov" "$bindir/thin_entrypoint" "$ctx/$arch/"
+    echo "image.sh: building $tag-${p#linux/} ($p) from $bindir" >&2
+    buildah build --layers=false --pull=false --platform "$p" -f "$ctx/$arch/Containerfile" \
+        --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+        --build-arg CREATED="$created" --build-arg SOURCE="$source_url" \
+        -t "$tag-${p#linux/}" --manifest "$tag" "$ctx/$arch" >&2
+done
 if [[ -n "$archive" ]]; then
     rm -f "$archive"
-    buildah push "$tag" "oci-archive:$archive:$tag" >&2
-    echo "image.sh: wrote $archive" >&2
+    buildah manifest push --all "$tag" "oci-archive:$archive:$tag" >&2
+    echo "image.sh: wrote $archive (${plats[*]})" >&2
 fi
 echo "$tag"
