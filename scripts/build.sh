@@ -50,16 +50,11 @@ if [[ -z "$arch" || "$arch" == "$host_arch" ]]; then
     echo "$PWD/target/$triple/release"
     exit 0
 fi
-case "$arch" in
-aarch64) gnu=aarch64-linux-gnu ;;
-powerpc64le) gnu=powerpc64le-linux-gnu ;;
-s390x) gnu=s390x-linux-gnu ;;
-*)
+. scripts/arch.sh # arch_facts: triple, gnu
+arch_facts "$arch" || {
     echo "build.sh: unknown --arch '$arch' (x86_64, aarch64, powerpc64le, s390x)" >&2
     exit 2
-    ;;
-esac
-triple="$arch-unknown-linux-gnu"
+}
 scripts/deps.sh "cross-$arch" >&2
 # The compiler and the std source must be one version (rustc refuses another's std).
 v_rustc="$(dpkg-query -W -f='${Version}' rustc-web)"

@@ -20,20 +20,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (($#)) || set -- x86_64 aarch64
-[[ "$*" != all ]] || set -- x86_64 aarch64 powerpc64le s390x
 fail() { echo "cross-check: FAIL: $*" >&2; exit 1; }
 pass() { echo "cross-check: ok: $*"; }
 
 . scripts/binfmt.sh # binfmt_register
+. scripts/arch.sh   # ARCHES, arch_facts: elf_machine, elf_data, qemu
+[[ "$*" != all ]] || set -- $ARCHES
 
 for arch in "$@"; do
-    case "$arch" in
-    x86_64) machine="Advanced Micro Devices X86-64" data="little endian" qarch="" ;;
-    aarch64) machine=AArch64 data="little endian" qarch=aarch64 ;;
-    powerpc64le) machine=PowerPC64 data="little endian" qarch=ppc64le ;;
-    s390x) machine="IBM S/390" data="big endian" qarch=s390x ;;
-    *) fail "unknown architecture '$arch' (x86_64, aarch64, powerpc64le, s390x, all)" ;;
-    esac
+    arch_facts "$arch" || fail "unknown architecture '$arch' (x86_64, aarch64, powerpc64le, s390x, all)"
     t0=$(date +%s)
     dir="$(scripts/build.sh --arch "$arch")"
     t1=$(date +%s)
@@ -42,18 +37,18 @@ for arch in "$@"; do
         f="$dir/$b"
         [[ -x "$f" ]] || fail "$arch: no $f"
         h="$(readelf -h "$f")"
-        grep -q "Machine: *$machine" <<<"$h" || fail "$arch: $b is not $machine: $(grep Machine <<<"$h")"
+        grep -q "Machine: *$elf_machine" <<<"$h" || fail "$arch: $b is not $elf_machine: $(grep Machine <<<"$h")"
         grep -q "Class: *ELF64" <<<"$h" || fail "$arch: $b is not ELF64"
-        grep -q "Data: .*$data" <<<"$h" || fail "$arch: $b is not $data: $(grep Data <<<"$h")"
+        grep -q "Data: .*$elf_data" <<<"$h" || fail "$arch: $b is not $elf_data: $(grep Data <<<"$h")"
         grep -qE "Type: *(EXEC|DYN)" <<<"$h" || fail "$arch: $b is not an executable"
         ! readelf -lW "$f" | grep -q INTERP || fail "$arch: $b has a PT_INTERP (dynamically linked)"
         ! readelf -dW "$f" | grep -q NEEDED || fail "$arch: $b has DT_NEEDED entries: $(readelf -dW "$f" | grep NEEDED)"
-        pass "$arch: $b is a static ELF64 $data $machine executable ($(grep -o 'Type: *[A-Z]*' <<<"$h" | tr -s ' '), no PT_INTERP, no DT_NEEDED)"
+        pass "$arch: $b is a static ELF64 $elf_data $elf_machine executable ($(grep -o 'Type: *[A-Z]*' <<<"$h" | tr -s ' '), no PT_INTERP, no DT_NEEDED)"
     done
     how=natively
-    if [[ -n "$qarch" ]]; then
-        binfmt_register "$qarch" || fail "$arch: qemu-$qarch binfmt handler"
-        how="under qemu-$qarch"
+    if [[ -n "$qemu" ]]; then
+        binfmt_register "$qemu" || fail "$arch: qemu-$qemu binfmt handler"
+        how="under qemu-$qemu"
     fi
     v="$("$dir/ib-sriov" --version)" || fail "$arch: ib-sriov --version $how"
     grep -q '^ib-sriov cni version:' <<<"$v" || fail "$arch: --version said $v"

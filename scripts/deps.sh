@@ -42,6 +42,7 @@
 # IB_SRIOV_NO_APT=1 forbids apt-get (same message, exit 1).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
+. "$(dirname "$0")/arch.sh" # arch_facts: gnu, deb (the cross-ARCH groups)
 
 BPO_LIST=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
 
@@ -54,12 +55,8 @@ packages() {
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;
     cross-aarch64 | cross-powerpc64le | cross-s390x)
-        local gnu deb
-        case "$1" in
-        cross-aarch64) gnu=aarch64-linux-gnu deb=arm64 ;;
-        cross-powerpc64le) gnu=powerpc64le-linux-gnu deb=ppc64el ;;
-        cross-s390x) gnu=s390x-linux-gnu deb=s390x ;;
-        esac
+        local gnu deb oci qemu elf_machine elf_data triple
+        arch_facts "${1#cross-}"
         echo "-:rustc-web -:cargo-web -:rust-web-src -:gcc-$gnu -:libc6-dev-$deb-cross -:binutils bookworm-backports:qemu-user-static"
         ;;
     *)

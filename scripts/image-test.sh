@@ -87,8 +87,9 @@ podman create --runtime runc --name "$ctr" "$index" >/dev/null
 podman cp "$ctr:/usr/bin/ib-sriov" "$tmp/image-bin/ib-sriov"
 podman cp "$ctr:/usr/bin/thin_entrypoint" "$tmp/image-bin/thin_entrypoint"
 podman rm "$ctr" >/dev/null
-run=(podman run --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
+run_opts=(--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
     --network none --cap-drop ALL --read-only --security-opt no-new-privileges)
+run=(podman run "${run_opts[@]}")
 
 # 1. As the operator's init container: --no-sleep.
 mkdir "$tmp/cnibin1"
@@ -139,18 +140,15 @@ pass "static-binary, libcni and per-version end-to-end tests against the image's
 # archive (what is pushed to a registry), into a podman storage of its own (a node that
 # has nothing yet), chosen by `--arch`; the non-amd64 ones run under qemu-user.
 . scripts/binfmt.sh # binfmt_register
+. scripts/arch.sh   # arch_of_oci, arch_facts: elf_machine, qemu
 IFS=, read -r -a plats <<<"$platforms"
 for p in "${plats[@]}"; do
     arch="${p#linux/}"
-    case "$arch" in
-    amd64) qarch="" machine="Advanced Micro Devices X86-64" how=natively ;;
-    arm64) qarch=aarch64 machine=AArch64 ;;
-    ppc64le) qarch=ppc64le machine=PowerPC64 ;;
-    s390x) qarch=s390x machine="IBM S/390" ;;
-    esac
-    if [[ -n "$qarch" ]]; then
-        binfmt_register "$qarch" || fail "$arch: qemu-$qarch binfmt handler"
-        how="under qemu-$qarch"
+    arch_facts "$(arch_of_oci "$arch")" || fail "unknown platform '$p'"
+    how=natively
+    if [[ -n "$qemu" ]]; then
+        binfmt_register "$qemu" || fail "$arch: qemu-$qemu binfmt handler"
+        how="under qemu-$qemu"
     fi
     mkdir "$tmp/bin-$arch" "$tmp/cnibin-$arch"
     "${node[@]}" create --runtime runc --arch "$arch" --name "$ctr" "oci-archive:$tmp/ib-sriov.oci.tar" >/dev/null 2>&1 ||
@@ -159,10 +157,9 @@ for p in "${plats[@]}"; do
         fail "$arch: podman --arch $arch took another platform's image from the index"
     "${node[@]}" cp "$ctr:/usr/bin/ib-sriov" "$tmp/bin-$arch/ib-sriov"
     "${node[@]}" rm "$ctr" >/dev/null
-    readelf -h "$tmp/bin-$arch/ib-sriov" | grep -q "Machine: *$machine" ||
+    readelf -h "$tmp/bin-$arch/ib-sriov" | grep -q "Machine: *$elf_machine" ||
         fail "$arch: the $arch image holds a plugin for $(readelf -h "$tmp/bin-$arch/ib-sriov" | grep Machine)"
-    "${node[@]}" run --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none \
-        --cap-drop ALL --read-only --security-opt no-new-privileges --arch "$arch" --rm \
+    "${node[@]}" run "${run_opts[@]}" --arch "$arch" --rm \
         -v "$tmp/cnibin-$arch:/host/opt/cni/bin" "oci-archive:$tmp/ib-sriov.oci.tar" --no-sleep \
         >"$tmp/run-$arch.log" 2>&1 || { cat "$tmp/run-$arch.log" >&2; fail "$arch: podman run --no-sleep"; }
     copy="$tmp/cnibin-$arch/ib-sriov"
@@ -171,6 +168,6 @@ for p in "${plats[@]}"; do
     v="$(CNI_COMMAND=VERSION "$copy" </dev/null)" || fail "$arch: the copy does not answer VERSION"
     python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert "1.1.0" in v["supportedVersions"], v' "$v" ||
         fail "$arch: VERSION answer: $v"
-    pass "$arch: podman run --arch $arch --no-sleep from the index, $how: the $machine plugin copied byte-identical (thin_entrypoint's VERSION check passed), the copy answers VERSION"
+    pass "$arch: podman run --arch $arch --no-sleep from the index, $how: the $elf_machine plugin copied byte-identical (thin_entrypoint's VERSION check passed), the copy answers VERSION"
 done
 "${node[@]}" rmi -a -f >/dev/null 2>&1 || true

@@ -55,9 +55,9 @@ source_url="${IB_SRIOV_SOURCE:-$(git remote get-url origin 2>/dev/null || echo u
 # Every platform checked before anything is built.
 IFS=, read -r -a plats <<<"$platforms"
 ((${#plats[@]})) || { echo "image.sh: --platforms is empty" >&2; exit 2; }
-declare -A arch_of=([linux/amd64]=x86_64 [linux/arm64]=aarch64 [linux/ppc64le]=powerpc64le [linux/s390x]=s390x)
+. scripts/arch.sh # arch_of_oci
 for p in "${plats[@]}"; do
-    [[ -n "${arch_of[$p]:-}" ]] || {
+    [[ "$p" == linux/* ]] && arch_of_oci "${p#linux/}" >/dev/null || {
         echo "image.sh: unknown platform '$p' (linux/amd64, linux/arm64, linux/ppc64le, linux/s390x)" >&2
         exit 2
     }
@@ -70,7 +70,7 @@ buildah manifest rm "$tag" >/dev/null 2>&1 || true
 buildah rmi "$tag" >/dev/null 2>&1 || true
 buildah manifest create "$tag" >/dev/null
 for p in "${plats[@]}"; do
-    arch="${arch_of[$p]}"
+    arch="$(arch_of_oci "${p#linux/}")"
     if ((skip_build)); then
         triple="$arch-unknown-linux-gnu"
         if [[ "$arch" == "$(uname -m)" ]]; then
