@@ -79,6 +79,9 @@ case "${1:-}" in
 --missing) mode=missing; shift ;;
 esac
 (($#)) || { echo "usage: $0 [--list|--missing] GROUP..." >&2; exit 2; }
+# Every group known before anything else: `$(packages ...)` below runs in a subshell,
+# whose exit would not end this script.
+for g in "$@"; do packages "$g" >/dev/null; done
 
 default_missing=() bpo_missing=()
 for g in "$@"; do
