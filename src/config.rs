@@ -75,6 +75,10 @@ struct RawConf {
     prev_result: Option<Value>,
     #[serde(rename = "lockTimeoutMs")]
     lock_timeout_ms: Option<Value>,
+    #[serde(rename = "guidFile")]
+    guid_file: Option<Value>,
+    #[serde(rename = "deriveGuid")]
+    derive_guid: Option<Value>,
 }
 
 /// Where the effective GUID came from (journaled and logged).
@@ -130,6 +134,14 @@ pub struct NetConf {
     /// `lockTimeoutMs`: how long to wait for the per-VF and IPAM locks before giving up
     /// with code 11 (default [`DEFAULT_LOCK_TIMEOUT_MS`]).
     pub lock_timeout: std::time::Duration,
+    /// `guidFile`: the SR-IOV network operator's static VF GUID file, read when a VF
+    /// has no GUID and none is given (default [`crate::vfguid::DEFAULT_GUID_FILE`];
+    /// absolute). See [`crate::vfguid`].
+    pub guid_file: PathBuf,
+    /// `deriveGuid`: a VF with no GUID, none given and none in `guidFile` gets the GUID
+    /// derived from its PF's port GUID and its index ([`crate::vfguid::derived_guid`])
+    /// instead of failing ADD (default false).
+    pub derive_guid: bool,
     /// The whole configuration as received (forwarded to delegated plugins).
     pub raw: Value,
     /// What parsing tolerated but the user should know (an ignored top-level `guid`,
@@ -433,6 +445,10 @@ impl NetConf {
             _ => None,
         };
 
+        let guid_file = abs_path(opt_str(&rc.guid_file, "guidFile")?, "guidFile")?
+            .unwrap_or_else(|| PathBuf::from(crate::vfguid::DEFAULT_GUID_FILE));
+        let derive_guid = opt_bool(&rc.derive_guid, "deriveGuid")?.unwrap_or(false);
+
         let lock_timeout = match &rc.lock_timeout_ms {
             None | Some(Value::Null) => DEFAULT_LOCK_TIMEOUT_MS,
             Some(v) => match v.as_u64() {
@@ -462,6 +478,8 @@ impl NetConf {
             log_file,
             state_dir,
             prev_result,
+            guid_file,
+            derive_guid,
             raw,
             warnings,
         })

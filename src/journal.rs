@@ -117,6 +117,12 @@ pub enum Step {
         via: Option<Via>,
         /// Whether the driver is rebound (non-vfio VFs).
         rebind: bool,
+        /// Set when `want` came from the operator's GUID file or was derived, because the
+        /// VF had no GUID ([`crate::vfguid`]): such a GUID belongs to the VF, not to the
+        /// attachment, so the undo leaves it (restoring all-zero would cost a rebind and
+        /// break the VF again). Absent in journals of earlier versions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<crate::vfguid::GuidOrigin>,
     },
     /// RDMA device moved into the pod netns (before the netdev: moving it re-creates
     /// the IPoIB netdev in the default netns).

@@ -25,3 +25,4 @@ pub mod plugin;
 pub mod rdma;
 pub mod sysfs;
 pub mod types;
+pub mod vfguid;

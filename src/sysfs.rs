@@ -530,6 +530,22 @@ impl Sysfs {
         }
     }
 
+    /// Every PCI device with SR-IOV capability (a `sriov_totalvfs` attribute, which the
+    /// kernel creates for each PF: drivers/pci/iov.c), by address, sorted.
+    ///
+    /// Errors: `<root>/bus/pci/devices` unreadable.
+    pub fn sriov_pfs(&self) -> io::Result<Vec<PciAddress>> {
+        let dir = self.pci_devices_dir();
+        let mut v: Vec<PciAddress> = fs::read_dir(&dir)
+            .map_err(|e| with_path(&dir, e))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join("sriov_totalvfs").exists())
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
     /// The VFs of a PF: every `<root>/bus/pci/devices/<pf>/virtfn<N>` link resolved to
     /// its PCI address, sorted by N.
     pub fn virtfns(&self, pf: PciAddress) -> io::Result<Vec<(VfIndex, PciAddress)>> {

@@ -230,23 +230,15 @@ fn node(paths: &Paths, notes: &mut Vec<Note>) -> Node {
     }
 }
 
-/// Every PCI device with `sriov_totalvfs`, sorted.
+/// Every PCI device with `sriov_totalvfs`, sorted ([`Sysfs::sriov_pfs`]).
 fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
-    let dir = sysfs.pci_devices_dir();
-    let rd = match std::fs::read_dir(&dir) {
-        Ok(r) => r,
-        Err(e) => {
-            notes.push(Note::Unreadable(dir.display().to_string(), e.to_string()));
-            return Vec::new();
-        }
-    };
-    let mut v: Vec<PciAddress> = rd
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("sriov_totalvfs").exists())
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort();
-    v
+    sysfs.sriov_pfs().unwrap_or_else(|e| {
+        notes.push(Note::Unreadable(
+            sysfs.pci_devices_dir().display().to_string(),
+            e.to_string(),
+        ));
+        Vec::new()
+    })
 }
 
 /// The PF's facts; its link layer from `<PF>/net/<n>/type` (ARPHRD_*), else from the

@@ -204,24 +204,19 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 log::info!("VF {vf_addr} already has GUID {g} ({src:?}); no change");
                 None
             } else {
-                Some(g)
+                Some((g, None))
             }
         }
         None if is_pf => None,
-        None => {
-            match orig_port.or(orig_node) {
-                Some(g) if g.is_assignable() => log::info!("VF {vf_addr} keeps its GUID {g}"),
-                Some(g) => {
-                    return Err(CniError::config(format!(
-                        "VF {vf_addr} has GUID {g}, which is not a usable GUID, and none was given: set runtimeConfig.infinibandGUID (capability infinibandGUID) or args.cni.guid"
-                    )))
-                }
-                None => log::warn!(
-                    "the GUID of VF {vf_addr} cannot be read (no netlink VF info, no OFED node file, not IPoIB); keeping whatever it has"
-                ),
+        None => match orig_port.or(orig_node) {
+            Some(g) if g.is_assignable() => {
+                log::info!("VF {vf_addr} keeps its GUID {g}");
+                None
             }
-            None
-        }
+            // All-zero, all-ones or unreadable: the operator's GUID file, else (opted
+            // in) the derived GUID (crate::vfguid).
+            cur => fallback_guid(ctx, &host, &dev, &view, cur)?.map(|f| (f.guid, Some(f.origin))),
+        },
     };
     let orig_ls = st.link_state.map(|s| s.0);
     if let Some(pk) = conf.pkey {
@@ -246,13 +241,14 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             via: st.link_state.map(|s| s.1),
         });
     }
-    if let Some(want) = set_guid {
+    if let Some((want, origin)) = set_guid {
         plan.push(Step::Guid {
             orig_node,
             orig_port,
             want,
             via: st.node_guid.map(|g| g.1),
             rebind: !vfio,
+            origin,
         });
     }
     if let Some(device) = rdma_dev {
@@ -383,6 +379,76 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             "rollback incomplete (the journal is kept for DEL): {details}"
         )))
     }
+}
+
+/// The GUID for VF `dev`, whose current GUID `cur` is all-zero, all-ones or unreadable
+/// (`None`), when none was given (README "VFs without a GUID"): the operator's GUID file
+/// (`guidFile`), else with `deriveGuid` the derived GUID, checked against every other VF
+/// GUID on the node. `Ok(None)` (keep what the VF has, with a warning) when the GUID is
+/// unreadable and neither applies.
+///
+/// Errors, code 7: a malformed GUID file or a VF index past its entry's list or range;
+/// `deriveGuid` without a readable PF port GUID; a derived GUID another VF already has;
+/// a zero or all-ones GUID with neither way out, naming both.
+fn fallback_guid(
+    ctx: &Ctx,
+    host: &Host,
+    dev: &crate::sysfs::VfDevice,
+    view: &PfView,
+    cur: Option<Guid>,
+) -> Result<Option<crate::vfguid::Fallback>, CniError> {
+    use crate::vfguid::{self, GuidOrigin, PfIdentity};
+    let conf = ctx.conf;
+    let vf_addr = dev.addr;
+    // ibKubernetesEnabled without a GUID never gets here (validate_for_add: code 11);
+    // ib-kubernetes owns the GUIDs of its networks.
+    if conf.ib_kubernetes_enabled {
+        return Ok(None);
+    }
+    let mut pf = PfIdentity::read(&ctx.sysfs, &host.nl, dev.pf);
+    if let Some(l) = &view.pf_link {
+        if !pf.hwaddrs.contains(&l.address) {
+            pf.hwaddrs.push(l.address.clone());
+        }
+    }
+    let found = vfguid::choose(&conf.guid_file, conf.derive_guid, &pf, dev.vf_index)
+        .map_err(|e| CniError::config(format!("VF {vf_addr} has no usable GUID: {e}")))?;
+    let Some(f) = found else {
+        return match cur {
+            Some(g) => Err(CniError::config(format!(
+                "VF {vf_addr} has GUID {g}, which is not a usable GUID, and none was given: give the pod one (runtimeConfig.infinibandGUID, capability infinibandGUID, or args.cni.guid), list the VF's PF in the SR-IOV operator's GUID file {} (guidFile), or set \"deriveGuid\": true in the network to derive a stable GUID from the PF's port GUID",
+                conf.guid_file.display()
+            ))),
+            None => {
+                log::warn!(
+                    "the GUID of VF {vf_addr} cannot be read (no netlink VF info, no OFED node file, not IPoIB); keeping whatever it has"
+                );
+                Ok(None)
+            }
+        };
+    };
+    if let GuidOrigin::Derived { .. } = f.origin {
+        if let Some((other, _)) = vfguid::node_vf_guids(&ctx.sysfs, &host.nl, vf_addr)
+            .into_iter()
+            .find(|(_, g)| *g == f.guid)
+        {
+            return Err(CniError::config(format!(
+                "the GUID derived for VF {vf_addr}, {}, is already the GUID of VF {other}: give the pod a GUID (runtimeConfig.infinibandGUID or args.cni.guid) or list the VF in the SR-IOV operator's GUID file {}",
+                f.guid,
+                conf.guid_file.display()
+            )));
+        }
+    }
+    log::info!(
+        "VF {vf_addr} has {}; it gets GUID {} from {}, kept on the VF after DEL",
+        match cur {
+            Some(g) => format!("GUID {g}"),
+            None => "no readable GUID".to_string(),
+        },
+        f.guid,
+        f.origin
+    );
+    Ok(Some(f))
 }
 
 /// A vfio device's result entry, then completion: `complete` written without fsync.

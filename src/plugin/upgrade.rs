@@ -193,6 +193,7 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
             want: go.applied_guid.unwrap_or(g),
             via: None,
             rebind: !go.vfio,
+            origin: None,
         });
     }
     if let Some(device) = &go.rdma_device {

@@ -17,6 +17,7 @@
 //! ```text
 //! root port 0000:ae:00.0  <root>/devices/pci0000:ae/0000:ae:00.0            pcieport
 //! PF        0000:af:00.0  .../0000:ae:00.0/0000:af:00.0  netdev ibp175s0f0   mlx5_0  mlx5_core
+//!           mlx5_0/ports/1/gids/0 = fe80:0000:0000:0000:0c42:a103:00b1:c2d2 (PF_PORT_GUID)
 //! VF N      routing ID 0xaf00 + 2 + N (SR-IOV offset 2, stride 1):
 //!           N=0 0000:af:00.2, N=5 0000:af:00.7, N=6 0000:af:01.0, ...
 //!           netdev ibp175s0f0v<N>, RDMA mlx5_<N+1>, pkeys/0 = 0xffff, pkeys/1 = 0x8000|(N+1)
@@ -54,6 +55,10 @@ pub const PF_NETDEV: &str = "ibp175s0f0";
 pub const PF_PEER: &str = "peer-pf";
 /// The PF's RDMA device.
 pub const PF_RDMA: &str = "mlx5_0";
+/// The PF's port GUID, in GID 0 of port 1 of its RDMA device
+/// (`<PF>/infiniband/mlx5_0/ports/1/gids/0`, as the kernel prints it: eight groups of
+/// four hex digits, subnet prefix fe80::/64 then the port GUID).
+pub const PF_PORT_GUID: &str = "0c:42:a1:03:00:b1:c2:d2";
 /// Driver of the PF and of non-vfio VFs.
 pub const MLX5_CORE: &str = "mlx5_core";
 /// Driver of vfio VFs.
@@ -105,6 +110,18 @@ pub fn vf_port_guid(n: u32) -> String {
 }
 
 const ZERO_GUID: &str = "00:00:00:00:00:00:00:00";
+
+/// The GID `fe80::<guid>` as sysfs prints it (`%pI6`: eight groups of four hex digits).
+pub fn gid_text(guid: &str) -> String {
+    let hex: String = guid.split(':').collect();
+    format!(
+        "fe80:0000:0000:0000:{}:{}:{}:{}",
+        &hex[0..4],
+        &hex[4..8],
+        &hex[8..12],
+        &hex[12..16]
+    )
+}
 
 /// What to build.
 #[derive(Debug, Clone)]
@@ -946,6 +963,12 @@ impl EmuHost {
         fs::write(pf.join("sriov_stride"), "1\n")?;
         fs::write(pf.join("sriov_vf_device"), "101c\n")?;
         self.rdma_device(pf, &self.pf.rdma, &[0xffff])?;
+        let gids = pf
+            .join("infiniband")
+            .join(&self.pf.rdma)
+            .join("ports/1/gids");
+        fs::create_dir_all(&gids)?;
+        fs::write(gids.join("0"), format!("{}\n", gid_text(PF_PORT_GUID)))?;
 
         for vf in &self.vfs {
             self.pci_device(&vf.dir, "0x15b3", "0x101c", "0x020700", Some(&vf.driver))?;

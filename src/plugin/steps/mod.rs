@@ -285,6 +285,17 @@ pub fn undo(
             }
             Step::RdmaMove { device } => rdma_move::undo(ctx, host, j, device, pod),
             Step::Guid {
+                want,
+                origin: Some(origin),
+                ..
+            } => {
+                log::info!(
+                    "VF {} keeps GUID {want} ({origin}): it had no GUID before, and restoring that would need a rebind and break the VF again",
+                    j.vf
+                );
+                Ok(())
+            }
+            Step::Guid {
                 orig_node,
                 orig_port,
                 via,
