@@ -137,7 +137,12 @@ fn golden(name: &str, got: &str) {
 
 /// Both forms against their golden files; returns the JSON and the exit status.
 fn check_golden(lab: &Lab, h: &HostRoot, name: &str) -> (Value, i32) {
-    let out = doctor(lab, h, &[]);
+    check_golden_with(lab, h, name, &[])
+}
+
+/// [`check_golden`] with extra doctor arguments.
+fn check_golden_with(lab: &Lab, h: &HostRoot, name: &str, extra: &[&str]) -> (Value, i32) {
+    let out = doctor(lab, h, extra);
     assert!(
         out.stderr.is_empty(),
         "{}",
@@ -145,7 +150,9 @@ fn check_golden(lab: &Lab, h: &HostRoot, name: &str) -> (Value, i32) {
     );
     let text = normalize(lab, h, &String::from_utf8_lossy(&out.stdout));
     golden(&format!("{name}.txt"), &without_rdma_lines(&text));
-    let out_json = doctor(lab, h, &["--json"]);
+    let mut json_args = vec!["--json"];
+    json_args.extend_from_slice(extra);
+    let out_json = doctor(lab, h, &json_args);
     assert_eq!(out_json.status.code(), out.status.code());
     let j: Value = serde_json::from_str(&normalize(
         lab,
@@ -361,4 +368,131 @@ fn doctor_reports_each_finding_and_survives_hostile_files() {
     }
     lab.del("twice", pod.netns(), &lab.conf("1.0.0", 0))
         .expect_ok();
+}
+
+/// VFs without a GUID (README "VFs without a GUID"): per VF, the GUID the operator's file
+/// gives it and the one `deriveGuid` would give it. Four node states, each a golden:
+/// - `guids-file`: a file whose entry for the PF (by pciAddress) lists two GUIDs: VFs 0
+///   and 1 get theirs (info), VFs 2 and 3 are past the end of the list (error);
+/// - `guids-range`: an entry by pfGuid with a range: every VF gets start + N;
+/// - `guids-derived`: no file: every VF without a GUID is a warning naming its derived
+///   GUID, which equals the rule computed here and what ADD then sets;
+/// - `guids-invalid`: an invalid file: one error naming the file and the entry.
+#[test]
+fn doctor_shows_the_guid_each_vf_without_one_would_get() {
+    use sha2::{Digest, Sha256};
+    let lab = Lab::new(EmuOptions {
+        vfio: vec![3],
+        zero_guids: true,
+        ..EmuOptions::default()
+    });
+    let h = HostRoot::new(&lab);
+    let file = h.path().join("etc/sriov-operator/infiniband/guids");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(
+        &file,
+        json!([{"pciAddress": common::emuhost::PF_BDF, "guids": ["02:00:00:00:00:00:01:00", "02:00:00:00:00:00:01:01"]}]).to_string(),
+    )
+    .unwrap();
+    let (j, rc) = check_golden(&lab, &h, "guids-file");
+    assert_eq!(rc, 1, "VFs 2 and 3 cannot get a GUID: an error");
+    assert_eq!(j["guidFile"]["state"], "valid");
+    assert_eq!(j["vfs"][1]["fileGuid"], "02:00:00:00:00:00:01:01");
+    assert_eq!(j["vfs"][1]["fileEntry"], 0);
+    let c = codes(&j);
+    assert_eq!(
+        c.iter()
+            .filter(|x| *x == "error guid-file-exhausted")
+            .count(),
+        2,
+        "{c:?}"
+    );
+    assert_eq!(
+        c.iter().filter(|x| *x == "info vf-guid-from-file").count(),
+        2,
+        "{c:?}"
+    );
+
+    // A range by pfGuid (the PF's port GUID): every VF gets start + N.
+    std::fs::write(
+        &file,
+        json!([{"pfGuid": common::emuhost::PF_PORT_GUID, "guidsRange": {"start": "02:00:00:00:00:aa:00:00", "end": "02:00:00:00:00:aa:00:07"}}]).to_string(),
+    )
+    .unwrap();
+    let (j, rc) = check_golden(&lab, &h, "guids-range");
+    assert_eq!(rc, 0);
+    assert_eq!(j["vfs"][3]["fileGuid"], "02:00:00:00:00:aa:00:03");
+    assert_eq!(
+        codes(&j)
+            .iter()
+            .filter(|x| *x == "info vf-guid-from-file")
+            .count(),
+        4
+    );
+
+    // No file (another path): every VF gets a warning with its derived GUID.
+    let (j, rc) = check_golden_with(&lab, &h, "guids-derived", &["--guid-file", "/nowhere"]);
+    assert_eq!(rc, 0);
+    assert_eq!(j["guidFile"]["state"], "absent");
+    assert_eq!(j["pfs"][0]["portGuid"], common::emuhost::PF_PORT_GUID);
+    for n in 0..4u32 {
+        let mut hs = Sha256::new();
+        hs.update(b"ib-sriov/derived-vf-guid/v1");
+        hs.update([0x0c, 0x42, 0xa1, 0x03, 0x00, 0xb1, 0xc2, 0xd2]);
+        hs.update(n.to_be_bytes());
+        let d = hs.finalize();
+        let want = std::iter::once(0x06u8)
+            .chain(d[..7].iter().copied())
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        assert_eq!(j["vfs"][n as usize]["derivedGuid"], want.as_str());
+    }
+    assert_eq!(
+        codes(&j)
+            .iter()
+            .filter(|x| *x == "warning vf-guid-unset")
+            .count(),
+        4
+    );
+    // ADD with deriveGuid sets exactly what the doctor showed; DEL keeps it, and the
+    // doctor then has nothing to say about VF 2.
+    let shown = j["vfs"][2]["derivedGuid"].as_str().unwrap().to_string();
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 2);
+    conf["deriveGuid"] = json!(true);
+    conf["guidFile"] = json!("/nowhere");
+    lab.add("c1", &pod, &conf).expect_ok();
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(lab.read(lab.host.vf(2).ofed_node()), shown);
+    let out = doctor(&lab, &h, &["--json", "--guid-file", "/nowhere"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["vfs"][2]["nodeGuid"], shown.as_str());
+    assert!(!j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["subject"] == lab.host.vf(2).addr.as_str()));
+
+    // An invalid file: one error naming it and the entry.
+    std::fs::write(&file, r#"[{"pciAddress":"0000:af:00.0","guids":["02:00:00:00:00:00:01:00"],"rangeStart":"02:00:00:00:00:00:01:00"}]"#).unwrap();
+    let (j, rc) = check_golden(&lab, &h, "guids-invalid");
+    assert_eq!(rc, 1);
+    assert_eq!(j["guidFile"]["state"], "invalid");
+    let f: Vec<&Value> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "guid-file-invalid")
+        .collect();
+    assert_eq!(f.len(), 1, "{j}");
+    assert_eq!(f[0]["subject"], "/etc/sriov-operator/infiniband/guids");
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("entry 0: either a guid list or a guid range should be provided, got both"),
+        "{}",
+        f[0]
+    );
 }

@@ -29,6 +29,8 @@ pub struct Paths {
     pub legacy: PathBuf,
     /// The default built-in IPAM data dir: `<root>/var/lib/cni/networks`.
     pub networks: PathBuf,
+    /// The operator's VF GUID file: `<root>/etc/sriov-operator/infiniband/guids`.
+    pub guid_file: PathBuf,
 }
 
 impl Paths {
@@ -40,6 +42,11 @@ impl Paths {
             state: state.unwrap_or_else(|| root.join("run/ib-sriov")),
             legacy: root.join("var/lib/cni/ib-sriov"),
             networks: root.join("var/lib/cni/networks"),
+            guid_file: root.join(
+                crate::vfguid::DEFAULT_GUID_FILE
+                    .strip_prefix('/')
+                    .unwrap_or_default(),
+            ),
         }
     }
 
@@ -89,10 +96,13 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         node: node(paths, &mut notes),
         ..Report::default()
     };
+    let guid_file = guid_file(paths, &mut report);
     let mut guid_netlink = false;
     let mut guid_ofed = false;
     for pf_addr in sriov_pfs(&sysfs, &mut notes) {
-        let pf = pf_of(&sysfs, nl.as_ref(), pf_addr);
+        let mut pf = pf_of(&sysfs, nl.as_ref(), pf_addr);
+        let pf_id = pf_identity(&sysfs, nl.as_ref(), &pf, pf_addr);
+        pf.port_guid = pf_id.port_guid.map(|(g, _)| g.to_string());
         let configs = nl
             .as_ref()
             .and_then(|nl| pf_vf_configs(nl, &pf, &mut notes))
@@ -127,6 +137,7 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 .map(|l| l.to_string());
             // Listed in sysfs and, when rtnetlink answers, present in this netns (a
             // name just renamed or moved away is left out rather than shown stale).
+            let mut ipoib_guid = None;
             let netdevs: Vec<Netdev> = sysfs
                 .netdevs(addr)
                 .unwrap_or_default()
@@ -134,6 +145,8 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 .filter_map(|name| match nl.as_ref() {
                     Some(nl) => {
                         let l = nl.link_by_name(&name).ok().flatten()?;
+                        ipoib_guid =
+                            ipoib_guid.or(crate::types::Guid::from_ipoib_hwaddr(&l.address));
                         Some(Netdev {
                             up: l.up,
                             carrier: l.carrier,
@@ -153,6 +166,12 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             let in_pod = hs.iter().any(|h| {
                 h.source == "journal" && !h.vfio && h.netns_state.as_deref() == Some("alive")
             });
+            let (file_guid, file_entry, file_error) =
+                match guid_file.as_ref().map(|f| f.lookup(&pf_id, index)) {
+                    Some(Ok(Some((g, i)))) => (Some(g.to_string()), Some(i), None),
+                    Some(Err(e)) => (None, e.entry, Some(e.msg)),
+                    _ => (None, None, None),
+                };
             report.vfs.push(Vf {
                 pci: key,
                 pf: pf_addr.to_string(),
@@ -170,7 +189,14 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 rdma_devices: sysfs.rdma_devices(addr).unwrap_or_default(),
                 node_guid: guid(GuidKind::Node),
                 port_guid: guid(GuidKind::Port),
+                ipoib_guid: ipoib_guid.map(|g| g.to_string()),
                 link_state,
+                file_guid,
+                file_entry,
+                file_error,
+                derived_guid: pf_id
+                    .port_guid
+                    .map(|(pg, _)| crate::vfguid::derived_guid(pg, index).to_string()),
                 holders: hs,
             });
         }
@@ -230,6 +256,52 @@ fn node(paths: &Paths, notes: &mut Vec<Note>) -> Node {
     }
 }
 
+/// The operator's GUID file: its state into the report, the parsed file when valid.
+fn guid_file(paths: &Paths, report: &mut Report) -> Option<crate::vfguid::GuidFile> {
+    let host_path = Path::new("/").join(
+        paths
+            .guid_file
+            .strip_prefix(&paths.root)
+            .unwrap_or(&paths.guid_file),
+    );
+    let (state, f) = match crate::vfguid::GuidFile::load(&paths.guid_file) {
+        Ok(None) => ("absent", None),
+        Ok(Some(f)) => ("valid", Some(f)),
+        Err(e) => {
+            report.guid_file.error = Some(match e.entry {
+                Some(i) => format!("entry {i}: {}", e.msg),
+                None => e.msg,
+            });
+            ("invalid", None)
+        }
+    };
+    report.guid_file.path = host_path.display().to_string();
+    report.guid_file.state = state.into();
+    report.guid_file.entries = f.as_ref().map(|f| f.entries.len());
+    f
+}
+
+/// The PF's identity for the GUID file and the derivation: its netdevs' hardware
+/// addresses and its port GUID.
+fn pf_identity(
+    sysfs: &Sysfs,
+    nl: Option<&Netlink>,
+    pf: &Pf,
+    addr: PciAddress,
+) -> crate::vfguid::PfIdentity {
+    let hwaddrs: Vec<Vec<u8>> = pf
+        .netdevs
+        .iter()
+        .filter_map(|n| nl?.link_by_name(n).ok().flatten().map(|l| l.address))
+        .collect();
+    let ib = hwaddrs.iter().find(|a| a.len() == 20).cloned();
+    crate::vfguid::PfIdentity {
+        pci: Some(addr),
+        port_guid: crate::vfguid::pf_port_guid(sysfs, addr, ib.as_deref()),
+        hwaddrs,
+    }
+}
+
 /// Every PCI device with `sriov_totalvfs`, sorted ([`Sysfs::sriov_pfs`]).
 fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
     sysfs.sriov_pfs().unwrap_or_else(|e| {
@@ -272,6 +344,7 @@ fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
         link_layer: link_layer.into(),
         num_vfs: attr(&dir.join("sriov_numvfs")).and_then(|s| s.parse().ok()),
         total_vfs: attr(&dir.join("sriov_totalvfs")).and_then(|s| s.parse().ok()),
+        port_guid: None,
         netdevs,
     }
 }

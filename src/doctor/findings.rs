@@ -15,6 +15,21 @@ fn finding(sev: Severity, code: &str, subject: &str, message: String, fix: &str)
     }
 }
 
+/// Whether the VF has a usable GUID: its IPoIB address's port GUID (the truth when it
+/// has a netdev in the host), else the node or port GUID the PF reports, neither
+/// all-zero nor all-ones.
+fn vf_has_guid(vf: &super::report::Vf) -> bool {
+    let usable = |g: &Option<String>| {
+        g.as_deref()
+            .and_then(|g| g.parse::<crate::types::Guid>().ok())
+            .is_some_and(|g| g.is_assignable())
+    };
+    match &vf.ipoib_guid {
+        Some(_) => usable(&vf.ipoib_guid),
+        None => usable(&vf.node_guid) || usable(&vf.port_guid),
+    }
+}
+
 /// Evaluates every rule over the report and the collector's notes; sorted most severe
 /// first, then by code and subject.
 pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
@@ -134,6 +149,72 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
             }
         }
     }
+    if r.guid_file.state == "invalid" {
+        out.push(finding(
+            Error,
+            "guid-file-invalid",
+            &r.guid_file.path,
+            format!(
+                "the SR-IOV operator's VF GUID file is invalid: {}",
+                r.guid_file.error.as_deref().unwrap_or("?")
+            ),
+            "correct it (format: README \"VFs without a GUID\"); until then an ADD of a VF without a GUID fails with code 7, and so does the operator",
+        ));
+    }
+    let ib_k8s: Vec<&str> = notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::IbKubernetes(v) => Some(v.as_str()),
+            _ => None,
+        })
+        .collect();
+    for vf in &r.vfs {
+        if ib_k8s.contains(&vf.pci.as_str()) || vf_has_guid(vf) {
+            continue;
+        }
+        let file = &r.guid_file.path;
+        if let Some(g) = &vf.file_guid {
+            out.push(finding(
+                Info,
+                "vf-guid-from-file",
+                &vf.pci,
+                format!(
+                    "VF {} has no GUID; an ADD without one gives it {g} from {file} (entry {})",
+                    vf.pci,
+                    vf.file_entry.unwrap_or_default()
+                ),
+                "nothing to do (the SR-IOV operator sets the same GUID when it applies a policy)",
+            ));
+        } else if let Some(e) = &vf.file_error {
+            out.push(finding(
+                Error,
+                "guid-file-exhausted",
+                &vf.pci,
+                format!(
+                    "VF {} has no GUID and {file} cannot give it one: {e}",
+                    vf.pci
+                ),
+                "extend that entry's guids list or range to cover every VF of the PF",
+            ));
+        } else {
+            let derived = match &vf.derived_guid {
+                Some(d) => format!("; with \"deriveGuid\": true it gets {d}"),
+                None => "; its PF's port GUID is unknown, so deriveGuid cannot help".into(),
+            };
+            out.push(finding(
+                Warning,
+                "vf-guid-unset",
+                &vf.pci,
+                format!(
+                    "VF {} has no GUID (node {}, port {}): an ADD that gives none fails with code 7{derived}",
+                    vf.pci,
+                    vf.node_guid.as_deref().unwrap_or("unreadable"),
+                    vf.port_guid.as_deref().unwrap_or("unreadable"),
+                ),
+                "set \"deriveGuid\": true in its networks and add the derived GUID to the subnet manager's partitions, or list its PF in the SR-IOV operator's GUID file, or give pods GUIDs (ib-kubernetes, runtimeConfig.infinibandGUID)",
+            ));
+        }
+    }
     if r.node.rdma_netns_mode.as_deref() == Some("shared") {
         for n in notes {
             if let Note::WantsIsolation(att) = n {
@@ -207,7 +288,12 @@ mod tests {
             rdma_devices: Vec::new(),
             node_guid: Some(guid.into()),
             port_guid: Some(guid.into()),
+            ipoib_guid: None,
             link_state: None,
+            file_guid: None,
+            file_entry: None,
+            file_error: None,
+            derived_guid: None,
             holders: vec![Holder {
                 source: "journal".into(),
                 container_id: "c".into(),

@@ -4,7 +4,7 @@
 //! first argument cannot collide with a CNI invocation.
 //!
 //! ```text
-//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]
+//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
 //! ```
 //! Exit status: 0 with no finding of severity `error`, 1 with one, 2 for bad arguments.
 
@@ -21,11 +21,12 @@ const MAX_CONF: u64 = 4 << 20;
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]
+    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
   --json           the report as JSON (schemaVersion 1, README \"Diagnosing a node\")
   --conf FILE      also validate a network configuration or conflist as ADD would
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
-  --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)";
+  --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)
+  --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)";
 
 /// Parsed arguments.
 #[derive(Debug, Default)]
@@ -34,6 +35,7 @@ struct Args {
     conf: Option<PathBuf>,
     host_root: Option<PathBuf>,
     state_dir: Option<PathBuf>,
+    guid_file: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -50,6 +52,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--conf" => a.conf = Some(value("--conf")?),
             "--host-root" => a.host_root = Some(value("--host-root")?),
             "--state-dir" => a.state_dir = Some(value("--state-dir")?),
+            "--guid-file" => a.guid_file = Some(value("--guid-file")?),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -79,7 +82,10 @@ pub fn run(args: &[String]) -> i32 {
         .state_dir
         .as_ref()
         .map(|d| collect::Paths::under(&root, None, None).host(d));
-    let paths = collect::Paths::under(&root, sys, state);
+    let mut paths = collect::Paths::under(&root, sys, state);
+    if let Some(g) = &a.guid_file {
+        paths.guid_file = paths.host(g);
+    }
     let report = diagnose(&paths, a.conf.as_deref());
     if a.json {
         match serde_json::to_string_pretty(&report) {

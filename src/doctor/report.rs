@@ -25,6 +25,8 @@ pub struct Report {
     pub vfs: Vec<Vf>,
     /// Built-in IPAM networks (from journals and `boot_id` markers), by data dir and name.
     pub ipam: Vec<IpamNetwork>,
+    /// The SR-IOV operator's VF GUID file the fallback GUIDs are read from.
+    pub guid_file: GuidFileState,
     /// `--conf` validation results, one per ib-sriov configuration in the file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conf: Vec<ConfCheck>,
@@ -77,6 +79,24 @@ pub struct Pf {
     pub num_vfs: Option<u32>,
     /// `sriov_totalvfs`.
     pub total_vfs: Option<u32>,
+    /// The PF's port GUID, which derived VF GUIDs are made from
+    /// ([`crate::vfguid::pf_port_guid`]: `<PF>/infiniband/<dev>/ports/1/gids/0`, else the
+    /// PF IPoIB netdev's address), or `None`.
+    pub port_guid: Option<String>,
+}
+
+/// The operator's VF GUID file (README "VFs without a GUID").
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuidFileState {
+    /// The file, as a host path (`/etc/sriov-operator/infiniband/guids` or `--guid-file`).
+    pub path: String,
+    /// `absent`, `valid` or `invalid`.
+    pub state: String,
+    /// Number of entries, when valid.
+    pub entries: Option<usize>,
+    /// Why it is invalid.
+    pub error: Option<String>,
 }
 
 /// One VF.
@@ -101,8 +121,20 @@ pub struct Vf {
     pub node_guid: Option<String>,
     /// Port GUID, likewise.
     pub port_guid: Option<String>,
+    /// The port GUID in the hardware address of its IPoIB netdev in the host, when it
+    /// has one there (the truth on mlx5, whose PF reports zero for a GUID it did not set).
+    pub ipoib_guid: Option<String>,
     /// Link-state policy as the PF reports it: `auto`, `enable`, `disable`.
     pub link_state: Option<String>,
+    /// The GUID the operator's GUID file gives this VF, when an entry names its PF.
+    pub file_guid: Option<String>,
+    /// That entry's index in the file.
+    pub file_entry: Option<usize>,
+    /// Why the file gives it none though an entry names its PF (index past the end).
+    pub file_error: Option<String>,
+    /// The GUID `deriveGuid` gives it ([`crate::vfguid::derived_guid`]), when the PF's
+    /// port GUID is known.
+    pub derived_guid: Option<String>,
     /// Who holds it.
     pub holders: Vec<Holder>,
 }

@@ -27,6 +27,18 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "  modules           {}", mods.join(", "));
     let _ = writeln!(o, "  rdma netns mode   {}", opt(&n.rdma_netns_mode));
     let _ = writeln!(o, "  VF GUIDs via      {}", n.vf_guid_source);
+    let gf = &r.guid_file;
+    let _ = writeln!(
+        o,
+        "  VF GUID file      {} ({})",
+        gf.path,
+        match (gf.state.as_str(), gf.entries, &gf.error) {
+            ("valid", Some(1), _) => "valid, 1 entry".to_string(),
+            ("valid", Some(n), _) => format!("valid, {n} entries"),
+            ("invalid", _, Some(e)) => format!("invalid: {e}"),
+            (s, ..) => s.to_string(),
+        }
+    );
     let _ = writeln!(o, "\nPFs");
     if r.pfs.is_empty() {
         let _ = writeln!(o, "  (none: no PCI device with sriov_totalvfs)");
@@ -34,7 +46,7 @@ pub fn render(r: &Report) -> String {
     for p in &r.pfs {
         let _ = writeln!(
             o,
-            "  {}  netdev {}  driver {}  {}  VFs {}/{}",
+            "  {}  netdev {}  driver {}  {}  VFs {}/{}  port guid {}",
             p.pci,
             if p.netdevs.is_empty() {
                 "-".into()
@@ -45,6 +57,7 @@ pub fn render(r: &Report) -> String {
             p.link_layer,
             p.num_vfs.map_or("-".into(), |v| v.to_string()),
             p.total_vfs.map_or("-".into(), |v| v.to_string()),
+            opt(&p.port_guid),
         );
     }
     let _ = writeln!(o, "\nVFs");
@@ -85,6 +98,18 @@ pub fn render(r: &Report) -> String {
             opt(&v.node_guid),
             opt(&v.port_guid),
             opt(&v.link_state)
+        );
+        let file = match (&v.file_guid, v.file_entry, &v.file_error) {
+            (Some(g), Some(i), _) => format!("{g} (entry {i})"),
+            (_, _, Some(e)) => format!("none: {e}"),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "      ipoib guid {}  without a GUID: file {}  derived {}",
+            opt(&v.ipoib_guid),
+            file,
+            opt(&v.derived_guid)
         );
         for h in &v.holders {
             let _ = writeln!(
