@@ -49,6 +49,26 @@ pub fn hit(name: &str) -> Result<(), CniError> {
     Ok(())
 }
 
+/// The errno fail point `name` injects, for a kernel answer no test host can produce
+/// (an `RTM_GETLINK` reply too large for the kernel's own size estimate, `EMSGSIZE`):
+/// `IB_SRIOV_FAILPOINTS="netlink.vf_get=errno90"` makes `errno_at("netlink.vf_get")`
+/// return `Some(90)`. `None` when unset (always, without the `failpoints` feature).
+#[cfg(feature = "failpoints")]
+pub fn errno_at(name: &str) -> Option<i32> {
+    let spec = std::env::var(FAILPOINTS_ENV).ok()?;
+    spec.split(',').find_map(|item| {
+        let (n, action) = item.split_once('=')?;
+        (n == name).then(|| action.strip_prefix("errno")?.parse().ok())?
+    })
+}
+
+/// Without the `failpoints` feature errno fail points inject nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn errno_at(_name: &str) -> Option<i32> {
+    None
+}
+
 /// Without the `failpoints` feature fail points do nothing.
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]

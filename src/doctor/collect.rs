@@ -67,6 +67,12 @@ pub enum Note {
     IbKubernetes(String),
     /// A journal asked for RDMA isolation (`rdmaIsolation: true`): its attachment.
     WantsIsolation(String),
+    /// A PF's VF table could not be read over rtnetlink by any route (the single
+    /// RTM_GETLINK and the link dump): (PF PCI address, netdev, error).
+    VfTable(String, String, String),
+    /// A journal recorded an original VF attribute as unknown: (attachment, VF, which:
+    /// `link state` or `GUID`).
+    OriginalUnknown(String, String, &'static str),
 }
 
 /// Reads `path`, at most [`MAX_ATTR`] bytes, trimmed; `None` when unreadable.
@@ -215,6 +221,26 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         let att = format!("{}/{}", j.container_id, j.ifname);
         if j.conf.get("ibKubernetesEnabled").and_then(|v| v.as_bool()) == Some(true) {
             notes.push(Note::IbKubernetes(j.vf.to_string()));
+        }
+        for st in &j.steps {
+            match st {
+                Step::LinkState { orig: None, .. } => notes.push(Note::OriginalUnknown(
+                    att.clone(),
+                    j.vf.to_string(),
+                    "link state",
+                )),
+                Step::Guid {
+                    orig_node: None,
+                    origin: None,
+                    ..
+                }
+                | Step::Guid {
+                    orig_port: None,
+                    origin: None,
+                    ..
+                } => notes.push(Note::OriginalUnknown(att.clone(), j.vf.to_string(), "GUID")),
+                _ => {}
+            }
         }
         if j.rdma_isolation == Some(true) {
             notes.push(Note::WantsIsolation(att));
@@ -371,10 +397,7 @@ fn pf_vf_configs(
     match nl.vf_configs(l.index) {
         Ok(v) => Some(v),
         Err(e) => {
-            notes.push(Note::Unreadable(
-                format!("VF table of {}", l.name),
-                e.to_string(),
-            ));
+            notes.push(Note::VfTable(pf.pci.clone(), l.name.clone(), e.to_string()));
             None
         }
     }

@@ -58,6 +58,24 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 format!("unusable journal or Go cache file: {why}"),
                 "inspect the file; if its pod is gone, restore its VF by hand and remove the file (DEL answers code 5 for it)",
             )),
+            Note::VfTable(pf, netdev, why) => out.push(finding(
+                Warning,
+                "vf-table-unreadable",
+                pf,
+                format!("the VF table of PF {pf} ({netdev}) cannot be read over netlink, by the single RTM_GETLINK or by a link dump: {why}; its VFs' link state and GUIDs are unknown where no MLNX_OFED file gives them"),
+                "a kernel that undercounts the VF GUIDs in its reply size fails with EMSGSIZE on PFs with many VFs: update the kernel (or use MLNX_OFED's sriov files); meanwhile DEL restores link state auto and gives a VF whose GUID it could not read its derived GUID",
+            )),
+            Note::OriginalUnknown(att, vf, what) => out.push(finding(
+                Info,
+                "original-unknown",
+                vf,
+                format!("{att} recorded the original {what} of VF {vf} as unknown (it could not be read at ADD)"),
+                if *what == "GUID" {
+                    "nothing to do: DEL gives the VF its derived GUID (ib-sriov doctor shows it) rather than leave the pod's"
+                } else {
+                    "nothing to do: DEL restores link state auto, what a new VF has"
+                },
+            )),
             Note::IbKubernetes(_) | Note::WantsIsolation(_) => {}
         }
     }
@@ -340,7 +358,19 @@ mod tests {
         r.vfs
             .push(vf("0000:af:00.5", "mlx5_core", "00:00:00:00:00:00:00:00"));
         let f = evaluate(&r, &[]);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].subject, "0000:af:00.2,0000:af:00.3");
+        let dups: Vec<&Finding> = f.iter().filter(|f| f.code == "duplicate-guid").collect();
+        assert_eq!(dups.len(), 1, "{f:?}");
+        assert_eq!(dups[0].subject, "0000:af:00.2,0000:af:00.3");
+        // The zero ones are VFs without a GUID instead.
+        let unset: Vec<&str> = f
+            .iter()
+            .filter(|f| f.code == "vf-guid-unset")
+            .map(|f| f.subject.as_str())
+            .collect();
+        assert_eq!(unset, ["0000:af:00.4", "0000:af:00.5"], "{f:?}");
+        assert!(
+            f[1].message.contains("its PF's port GUID is unknown"),
+            "{f:?}"
+        );
     }
 }

@@ -54,6 +54,16 @@ impl NlError {
         }
     }
 
+    /// An errno injected by a fail point ([`crate::failpoint::errno_at`]), as the kernel
+    /// would have answered it.
+    pub(crate) fn injected(op: impl Into<String>, errno: i32) -> Self {
+        NlError {
+            op: op.into(),
+            errno: Some(errno),
+            msg: format!("{} (injected)", std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+
     fn io(op: impl Into<String>, e: impl fmt::Display) -> Self {
         NlError {
             op: op.into(),

@@ -55,7 +55,42 @@ impl Netlink {
     /// kernel otherwise gathers through `ndo_get_vf_stats` for every VF of the PF at
     /// every request (an IPoIB PF: `ipoib_get_vf_stats()` calls `ib_get_vf_stats()`,
     /// which mlx5 answers with a firmware query of the VF's vport counters).
+    ///
+    /// The reply is about 1.5 KB plus 336 bytes per VF (44 KB at 127 VFs). Kernels whose
+    /// `rtnl_vfinfo_size()` (net/core/rtnetlink.c) does not count
+    /// `IFLA_VF_IB_NODE_GUID`/`IFLA_VF_IB_PORT_GUID` allocate the single reply
+    /// (`nlmsg_new(if_nlmsg_size())` in `rtnl_getlink()`) too small for an IB PF with
+    /// many VFs and answer `EMSGSIZE` (sriov-network-operator #1021, #1025, #1026,
+    /// RHEL-145522). A dump of the same links sizes its buffer as at least the largest
+    /// `recvmsg` the socket has made (`netlink_dump()` in net/netlink/af_netlink.c uses
+    /// `max_recvmsg_len`, up to 32 KB), so it can carry the PF's message where the single
+    /// reply cannot (vishvananda/netlink #1059). On `EMSGSIZE` this reads the link dump
+    /// with the same mask and keeps the PF's message ([`Netlink::vf_configs_by_dump`]).
+    ///
+    /// Errors: the single request's, other than `EMSGSIZE`; with `EMSGSIZE`, the dump's
+    /// (naming both). The caller records what stays unknown.
     pub fn vf_configs(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
+        match self.vf_configs_by_get(pf_index) {
+            Err(e) if e.errno == Some(nix::libc::EMSGSIZE) => {
+                log::info!(
+                    "the kernel's reply with the VF table of PF link {pf_index} does not fit its own buffer ({e}); reading it from a link dump"
+                );
+                self.vf_configs_by_dump(pf_index).map_err(|d| NlError {
+                    op: format!("{}; then {}", e.op, d.op),
+                    errno: d.errno,
+                    msg: format!("{} (single request), {} (dump)", e.msg, d.msg),
+                })
+            }
+            r => r,
+        }
+    }
+
+    /// The VF table from the single RTM_GETLINK of the PF.
+    pub fn vf_configs_by_get(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
+        let op = || format!("get VF info of PF link {pf_index}");
+        if let Some(errno) = crate::failpoint::errno_at("netlink.vf_get") {
+            return Err(NlError::injected(op(), errno));
+        }
         let mut req = std::pin::pin!(self
             .get_request(&[LinkExtentMask::Vf])
             .match_index(pf_index)
@@ -63,39 +98,32 @@ impl Netlink {
         let msg = self
             .runtime()
             .block_on(req.try_next())
-            .map_err(|e| NlError::new(format!("get VF info of PF link {pf_index}"), e))?;
+            .map_err(|e| NlError::new(op(), e))?;
+        Ok(msg.map(|m| vf_table(&m)).unwrap_or_default())
+    }
+
+    /// The VF table from a dump of every link in the namespace with
+    /// `RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS`, keeping only the PF's message (a link
+    /// dump cannot be filtered by ifindex: `rtnl_dump_ifinfo()` refuses `ifi_index` under
+    /// strict checking and ignores it otherwise). Empty when the PF is not in the dump.
+    pub fn vf_configs_by_dump(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
+        let op = || format!("dump links for the VF info of PF link {pf_index}");
+        if let Some(errno) = crate::failpoint::errno_at("netlink.vf_dump") {
+            return Err(NlError::injected(op(), errno));
+        }
+        let mut stream = std::pin::pin!(self.get_request(&[LinkExtentMask::Vf]).execute());
         let mut out = Vec::new();
-        let Some(msg) = msg else { return Ok(out) };
-        for a in &msg.attributes {
-            if let LinkAttribute::VfInfoList(list) = a {
-                for LinkVfInfo(infos) in list {
-                    let mut c = VfConfig::default();
-                    let mut have_index = false;
-                    for i in infos {
-                        match i {
-                            VfInfo::Mac(m) => {
-                                c.vf = m.vf_id;
-                                have_index = true;
-                            }
-                            VfInfo::LinkState(s) => {
-                                c.vf = s.vf_id;
-                                have_index = true;
-                                c.link_state = LinkState::from_netlink(u32::from(s.state));
-                            }
-                            VfInfo::IbNodeGuid(g) => c.node_guid = Some(Guid(g.guid)),
-                            VfInfo::IbPortGuid(g) => c.port_guid = Some(Guid(g.guid)),
-                            _ => {}
-                        }
-                    }
-                    if have_index {
-                        out.push(c);
-                    }
-                }
+        while let Some(m) = self
+            .runtime()
+            .block_on(stream.try_next())
+            .map_err(|e| NlError::new(op(), e))?
+        {
+            if m.header.index == pf_index {
+                out = vf_table(&m);
             }
         }
         Ok(out)
     }
-
     /// Sets `IFLA_VF_LINK_STATE` of VF `vf` on PF `pf`.
     /// `EOPNOTSUPP` when the PF driver has no `ndo_set_vf_link_state`.
     pub fn set_vf_link_state(
@@ -133,6 +161,39 @@ impl Netlink {
             vf_set_message(pf.index, info),
         )
     }
+}
+
+/// The VF entries of one link message's `IFLA_VFINFO_LIST`.
+fn vf_table(msg: &LinkMessage) -> Vec<VfConfig> {
+    let mut out = Vec::new();
+    for a in &msg.attributes {
+        if let LinkAttribute::VfInfoList(list) = a {
+            for LinkVfInfo(infos) in list {
+                let mut c = VfConfig::default();
+                let mut have_index = false;
+                for i in infos {
+                    match i {
+                        VfInfo::Mac(m) => {
+                            c.vf = m.vf_id;
+                            have_index = true;
+                        }
+                        VfInfo::LinkState(s) => {
+                            c.vf = s.vf_id;
+                            have_index = true;
+                            c.link_state = LinkState::from_netlink(u32::from(s.state));
+                        }
+                        VfInfo::IbNodeGuid(g) => c.node_guid = Some(Guid(g.guid)),
+                        VfInfo::IbPortGuid(g) => c.port_guid = Some(Guid(g.guid)),
+                        _ => {}
+                    }
+                }
+                if have_index {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

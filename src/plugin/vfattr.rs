@@ -88,7 +88,11 @@ impl<'a> PfView<'a> {
         match self.nl.vf_configs(pf.index) {
             Ok(list) => list.into_iter().find(|c| c.vf == self.vf.0),
             Err(e) => {
-                log::debug!("reading VF info of PF {}: {e}", pf.name);
+                log::warn!(
+                    "the VF table of PF {} cannot be read over netlink ({e}): the link state and GUIDs of VF {} come from the MLNX_OFED files or stay unknown (journaled as null: DEL then restores link state auto and gives a GUID it could not read the VF's derived GUID)",
+                    pf.name,
+                    self.vf
+                );
                 None
             }
         }

@@ -71,8 +71,17 @@ pub(super) fn apply(
     Ok(())
 }
 
+fn orig_is_unknown(kind: crate::netlink::vf::GuidKind, orig: (Option<Guid>, Option<Guid>)) -> bool {
+    match kind {
+        crate::netlink::vf::GuidKind::Node => orig.0.is_none(),
+        crate::netlink::vf::GuidKind::Port => orig.1.is_none(),
+    }
+}
+
 /// Restores the original GUIDs (and rebinds so they take effect); nothing, and above
-/// all no rebind, when the VF has them already.
+/// all no rebind, when the VF has them already. A GUID ADD could not read (journaled
+/// as `null`) is replaced by the VF's derived GUID ([`crate::vfguid::derived_guid`]),
+/// not left as the pod's (README "VF state on a PF of any size").
 pub(super) fn undo(
     ctx: &Ctx,
     host: &Host,
@@ -87,7 +96,7 @@ pub(super) fn undo(
     // above all, no needless driver rebind.
     if let Ok(st) = view.read() {
         let cur = (st.node_guid.map(|g| g.0), st.port_guid.map(|g| g.0));
-        if cur.0 == orig.0 && (cur.1.is_none() || cur.1 == orig.1) {
+        if orig.0.is_some() && cur.0 == orig.0 && (cur.1.is_none() || cur.1 == orig.1) {
             log::info!("VF {} already has its original GUIDs", j.vf);
             return Ok(());
         }
@@ -99,14 +108,34 @@ pub(super) fn undo(
     };
     let mut via = via;
     let mut any = false;
+    // A GUID ADD could not read (no route gave the PF's VF table, no OFED file, no IPoIB
+    // netdev): the pod's GUID must not stay on the VF (ib-kubernetes hands it to
+    // another pod, and two ports with one GUID confuse the subnet manager), so the VF
+    // gets its derived GUID (crate::vfguid: unique, stable, outside ib-kubernetes'
+    // pool); without a PF port GUID to derive it from, it is left, with a warning.
+    let unknown_to = || {
+        let ib_addr = view
+            .pf_link
+            .as_ref()
+            .map(|l| l.address.as_slice())
+            .filter(|a| a.len() == 20);
+        crate::vfguid::pf_port_guid(view.sysfs, view.pf, ib_addr)
+            .map(|(pg, _)| crate::vfguid::derived_guid(pg, view.vf))
+    };
     for (kind, g) in [(GuidKind::Node, orig.0), (GuidKind::Port, orig.1)] {
-        match g {
+        match g.or_else(unknown_to) {
             Some(g) => {
+                if orig_is_unknown(kind, orig) {
+                    log::warn!(
+                        "original {kind:?} GUID of VF {} unknown; giving it its derived GUID {g} instead of leaving the pod's",
+                        j.vf
+                    );
+                }
                 via = Some(view.set_guid(kind, g, via)?);
                 any = true;
             }
             None => log::warn!(
-                "original {kind:?} GUID of VF {} unknown; not restored",
+                "original {kind:?} GUID of VF {} unknown and its PF's port GUID unreadable; not restored",
                 j.vf
             ),
         }

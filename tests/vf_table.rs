@@ -1,0 +1,182 @@
+//! A PF whose VF table does not fit the kernel's single RTM_GETLINK reply (README "VF
+//! state on a PF of any size"), on the emulated host. The kernels that answer `EMSGSIZE`
+//! cannot be booted here, so the answer is injected at the fail points
+//! `netlink.vf_get` (the single request) and `netlink.vf_dump` (the link dump) of the
+//! `failpoints` build; the real kernel's VF table read through both routes is the lab's
+//! (`ib::ib_vf_table_by_dump_on_the_last_vf_of_a_big_pf`). Needs root.
+
+mod common;
+
+use common::emuhost::PF_PORT_GUID;
+use common::lab::{bin, Lab};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const EMSGSIZE_GET: (&str, &str) = ("IB_SRIOV_FAILPOINTS", "netlink.vf_get=errno90");
+const EMSGSIZE_BOTH: (&str, &str) = (
+    "IB_SRIOV_FAILPOINTS",
+    "netlink.vf_get=errno90,netlink.vf_dump=errno90",
+);
+
+fn derived(vf: u32) -> String {
+    let pg: Vec<u8> = PF_PORT_GUID
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect();
+    let mut h = Sha256::new();
+    h.update(b"ib-sriov/derived-vf-guid/v1");
+    h.update(&pg);
+    h.update(vf.to_be_bytes());
+    let d = h.finalize();
+    std::iter::once(0x06u8)
+        .chain(d[..7].iter().copied())
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn conf(lab: &Lab, vf: u32) -> Value {
+    let mut c = lab.conf("1.0.0", vf);
+    c["link_state"] = json!("enable");
+    c["runtimeConfig"] = json!({"infinibandGUID": "02:00:00:00:00:00:0a:01"});
+    c
+}
+
+#[test]
+fn emsgsize_on_the_single_request_reads_the_link_dump() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let c = conf(&lab, 1);
+    let add = lab.run("ADD", "c1", pod.netns(), &c, &[EMSGSIZE_GET]);
+    assert!(
+        add.stderr.contains("does not fit its own buffer")
+            && add.stderr.contains("reading it from a link dump"),
+        "{}",
+        add.stderr
+    );
+    assert!(
+        !add.stderr.contains("cannot be read over netlink"),
+        "the dump answered: {}",
+        add.stderr
+    );
+    add.expect_ok();
+    lab.run("DEL", "c1", pod.netns(), &c, &[EMSGSIZE_GET])
+        .expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+#[test]
+fn a_vf_table_no_route_can_read_is_said_and_the_ofed_files_still_serve() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let c = conf(&lab, 2);
+    let add = lab.run("ADD", "c1", pod.netns(), &c, &[EMSGSIZE_BOTH]);
+    assert!(
+        add.stderr.contains("cannot be read over netlink")
+            && add.stderr.contains("(single request)")
+            && add.stderr.contains("(dump)"),
+        "{}",
+        add.stderr
+    );
+    add.expect_ok();
+    // The doctor names it (the same fail points, in the doctor's process).
+    let out = lab.host.host_exec(&[
+        "env",
+        "IB_SRIOV_FAILPOINTS=netlink.vf_get=errno90,netlink.vf_dump=errno90",
+        &format!("IB_SRIOV_SYSFS_ROOT={}", lab.host.root().display()),
+        &bin().display().to_string(),
+        "doctor",
+        "--json",
+        "--state-dir",
+        &lab.state.display().to_string(),
+    ]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f: Vec<&Value> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "vf-table-unreadable")
+        .collect();
+    assert_eq!(f.len(), 1, "{j}");
+    assert_eq!(f[0]["subject"], lab.host.pf().addr.as_str());
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Message too long"),
+        "{}",
+        f[0]
+    );
+    lab.run("DEL", "c1", pod.netns(), &c, &[EMSGSIZE_BOTH])
+        .expect_ok();
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// What DEL does with originals ADD could not read (journaled as null): link state
+/// `auto`, and the VF's derived GUID rather than the pod's. The journal is edited to
+/// say so, as an ADD on a node where no route gives the VF table and no OFED file
+/// exists would have written it; the doctor reports it first.
+#[test]
+fn unknown_originals_are_restored_by_the_stated_rule() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let vf = lab.host.vf(3);
+    let c = conf(&lab, 3);
+    lab.add("c1", &pod, &c).expect_ok();
+    assert_eq!(lab.read(vf.ofed_node()), "02:00:00:00:00:00:0a:01");
+    assert_eq!(lab.read(vf.ofed_policy()), "Up");
+    let jp = lab.state.join("c1:net1");
+    let mut jv: Value = serde_json::from_slice(&std::fs::read(&jp).unwrap()).unwrap();
+    let mut seen = 0;
+    for st in jv["steps"].as_array_mut().unwrap() {
+        match st["step"].as_str().unwrap() {
+            "link_state" => {
+                st["orig"] = Value::Null;
+                seen += 1;
+            }
+            "guid" => {
+                st["orig_node"] = Value::Null;
+                st["orig_port"] = Value::Null;
+                seen += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, 2, "{jv}");
+    std::fs::write(&jp, jv.to_string()).unwrap();
+
+    let out = lab.host.host_exec(&[
+        "env",
+        &format!("IB_SRIOV_SYSFS_ROOT={}", lab.host.root().display()),
+        &bin().display().to_string(),
+        "doctor",
+        "--json",
+        "--state-dir",
+        &lab.state.display().to_string(),
+    ]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let unknown: Vec<String> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "original-unknown")
+        .map(|f| f["message"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(unknown.len(), 2, "{j}");
+    assert!(unknown.iter().any(|m| m.contains("original GUID")));
+    assert!(unknown.iter().any(|m| m.contains("original link state")));
+
+    let del = lab.del("c1", pod.netns(), &c);
+    assert!(
+        del.stderr.contains("restoring auto") && del.stderr.contains("giving it its derived GUID"),
+        "{}",
+        del.stderr
+    );
+    del.expect_ok();
+    assert_eq!(lab.read(vf.ofed_policy()), "Follow", "auto");
+    assert_eq!(lab.read(vf.ofed_node()), derived(3));
+    assert_eq!(lab.read(vf.ofed_port()), derived(3));
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}
