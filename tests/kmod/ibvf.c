@@ -45,6 +45,15 @@
  * (default_device_exit_net() skips it, default_device_exit_batch() deletes it, in
  * net/core/dev.c), and `ip link del` may delete it. Until the VF is rebound, its RDMA
  * device then has no IPoIB netdev, as with mlx5 + ipoib.
+ *
+ * Writing a VF index N to the module parameter `zero_fw_guid` (writable at run time
+ * only: /sys/module/ibvf/parameters/zero_fw_guid; reads give the last index written,
+ * -1 before any) makes VF N one the operator never configured: under the PF lock its
+ * "firmware" node and port GUIDs and the GUIDs last set over netlink become all-zero.
+ * The VF comes up with GUID zero (in its IPoIB address) at its next probe, i.e. after
+ * a rebind, and ndo_get_vf_guid reports zero for it, as mlx5 does for a VF whose GUID
+ * nobody assigned. A GUID set over netlink gives it a GUID again (at its next probe).
+ * An index the PF has no VF for is refused with EINVAL.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -96,6 +105,40 @@ static int ibvf_pf_check(int vf)
 		return -EINVAL;
 	return 0;
 }
+
+/* zero_fw_guid: writing N zeroes VF N's firmware and netlink-set GUIDs (header). */
+static int zero_fw_guid = -1;
+
+static int ibvf_zero_fw_guid_set(const char *val, const struct kernel_param *kp)
+{
+	int vf, err;
+
+	err = kstrtoint(val, 0, &vf);
+	if (err)
+		return err;
+	if (!ibvf_pf)
+		return -ENODEV;	/* at insmod, before ibvf_init(): not supported */
+	err = ibvf_pf_check(vf);
+	if (err)
+		return err;
+	mutex_lock(&ibvf_pf->lock);
+	ibvf_pf->vf[vf].fw_node_guid = 0;
+	ibvf_pf->vf[vf].fw_port_guid = 0;
+	ibvf_pf->vf[vf].set_node_guid = 0;
+	ibvf_pf->vf[vf].set_port_guid = 0;
+	mutex_unlock(&ibvf_pf->lock);
+	*(int *)kp->arg = vf;
+	pr_info("ibvf: vf %d firmware and set GUIDs zeroed (zero GUID from its next probe)\n",
+		vf);
+	return 0;
+}
+
+static const struct kernel_param_ops ibvf_zero_fw_guid_ops = {
+	.set = ibvf_zero_fw_guid_set,
+	.get = param_get_int,
+};
+module_param_cb(zero_fw_guid, &ibvf_zero_fw_guid_ops, &zero_fw_guid, 0644);
+MODULE_PARM_DESC(zero_fw_guid, "write a VF index N: VF N's firmware and netlink-set GUIDs become zero (it comes up with GUID zero at its next probe)");
 
 static netdev_tx_t ibvf_xmit(struct sk_buff *skb, struct net_device *dev)
 {

@@ -797,3 +797,311 @@ fn ib_doctor_before_during_and_after_an_attachment() {
         .is_empty());
     assert!(errors(&after).is_empty(), "{:?}", errors(&after));
 }
+
+/// The SR-IOV network operator's static VF GUID file, which the plugin reads (default
+/// `guidFile`) for a VF with no GUID before deriving one or refusing the ADD.
+const OPERATOR_GUID_FILE: &str = "/etc/sriov-operator/infiniband/guids";
+
+/// `ibvf`'s writable module parameter (tests/kmod/ibvf.c): writing a VF index makes that
+/// VF's firmware GUIDs (and those last set over netlink) all-zero, as on a VF the
+/// operator never configured; the VF comes up with GUID zero at its next probe.
+const ZERO_FW_GUID: &str = "/sys/module/ibvf/parameters/zero_fw_guid";
+
+/// While it lives, VF `vf` has GUID zero: `zero_fw_guid` written and the VF rebound.
+/// Dropping it (also when a test fails, after the test's `Plugin` has DELed what it
+/// ADDed) sets the VF's node and port GUID back to the GUID it had before through the
+/// PF (`ip link set ibpf0 vf N node_guid G`, then `port_guid G`) and rebinds the VF.
+struct ZeroGuid {
+    vf: String,
+    orig: u64,
+}
+
+impl ZeroGuid {
+    fn on(vf: &str) -> ZeroGuid {
+        assert!(
+            !Path::new(OPERATOR_GUID_FILE).exists(),
+            "{OPERATOR_GUID_FILE} would give VF {vf} a GUID: the zero-GUID cases need it absent"
+        );
+        let name = vf_netdev(vf, Duration::from_secs(10));
+        let orig = addr_guid(&netdev_address(&name));
+        std::fs::write(ZERO_FW_GUID, vf_index(vf).to_string())
+            .expect("writing ibvf's zero_fw_guid");
+        let n = rebind_ibvf(vf);
+        eprintln!(
+            "VF {vf}: GUID {} zeroed in ibvf's firmware; IPoIB netdev {n} {}",
+            guid_text(orig),
+            netdev_address(&n)
+        );
+        ZeroGuid {
+            vf: vf.to_string(),
+            orig,
+        }
+    }
+}
+
+impl Drop for ZeroGuid {
+    fn drop(&mut self) {
+        let g = guid_text(self.orig);
+        let n = vf_index(&self.vf).to_string();
+        // One `ip` per GUID: the kernel's do_setvfinfo() applies only the first of
+        // IFLA_VF_IB_NODE_GUID and IFLA_VF_IB_PORT_GUID found in one message (it
+        // returns after handling it), so `node_guid G port_guid G` in one command
+        // would leave the port GUID as it was.
+        for kind in ["node_guid", "port_guid"] {
+            let set = Command::new("ip")
+                .args(["link", "set", PF_NETDEV, "vf", &n, kind, &g])
+                .status();
+            eprintln!(
+                "VF {}: {kind} {g} set back through {PF_NETDEV}: {set:?}",
+                self.vf
+            );
+        }
+        let _ = std::panic::catch_unwind(|| rebind_ibvf(&self.vf));
+    }
+}
+
+/// The hardware address of host netdev `name` (`/sys/class/net/<name>/address`).
+fn netdev_address(name: &str) -> String {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/address"))
+        .unwrap_or_else(|e| panic!("address of {name}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// The GUID `deriveGuid` gives VF `vf` of a PF with port GUID `pf_port_guid`, computed
+/// here from the rule (not by the plugin): SHA-256 of "ib-sriov/derived-vf-guid/v1",
+/// the PF port GUID (8 bytes, big-endian) and the VF index (4 bytes, big-endian); the
+/// GUID is 0x06 followed by the first 7 bytes of the hash.
+fn derived_guid(pf_port_guid: u64, vf: u32) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut input = b"ib-sriov/derived-vf-guid/v1".to_vec();
+    assert_eq!(input.len(), 27);
+    input.extend_from_slice(&pf_port_guid.to_be_bytes());
+    input.extend_from_slice(&vf.to_be_bytes());
+    let h = Sha256::digest(&input);
+    u64::from_be_bytes([0x06, h[0], h[1], h[2], h[3], h[4], h[5], h[6]])
+}
+
+/// The PF's port GUID as the derivation reads it: bytes 12..20 of `ibpf0`'s address.
+fn pf_port_guid() -> u64 {
+    let g = addr_guid(&netdev_address(PF_NETDEV));
+    assert_ne!(g, 0, "{PF_NETDEV} carries a port GUID");
+    g
+}
+
+/// The netdev `ifname` in pod `pod`: (ifindex, hardware address).
+fn pod_link(pod: &Pod, ifname: &str) -> (u64, String) {
+    let l = &ip_json(&["-n", &pod.name, "link", "show", "dev", ifname])[0];
+    (
+        l["ifindex"].as_u64().unwrap(),
+        l["address"].as_str().unwrap().to_string(),
+    )
+}
+
+/// [`Plugin::ib_conf`] without a GUID (no `runtimeConfig.infinibandGUID`, no `args`),
+/// with `deriveGuid` as given (`None`: the key absent).
+fn ib_conf_without_guid(p: &Plugin, vf: &str, rdma: bool, derive: Option<bool>) -> Value {
+    let mut c = p.ib_conf(vf, 0, rdma);
+    c["runtimeConfig"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infinibandGUID");
+    if let Some(d) = derive {
+        c["deriveGuid"] = json!(d);
+    }
+    c
+}
+
+/// Checks that VF `vf` is in the host under `name` with GUID zero, as a VF the
+/// operator never configured: its IPoIB address ends with 8 zero bytes and the PF
+/// reports zero node and port GUIDs for it.
+fn assert_zero_guid(vf: &str, name: &str) {
+    assert_eq!(sysfs_netdevs(vf), vec![name.to_string()], "VF {vf} name");
+    let addr = netdev_address(name);
+    assert_eq!(addr_guid(&addr), 0, "{name} {addr} ends with a zero GUID");
+    let (node, port, _) = pf_vf_line(vf_index(vf));
+    assert_eq!(node, guid_text(0), "{}", pf_vf_text(vf_index(vf)));
+    assert_eq!(port, guid_text(0), "{}", pf_vf_text(vf_index(vf)));
+}
+
+/// A VF with GUID zero and no GUID given is refused without `deriveGuid` (key absent or
+/// false): CNI code 7, a message naming both ways out (`deriveGuid` and the operator's
+/// GUID file), and nothing changed (host, PF, journals, IPAM); DEL then succeeds.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_zero_guid_vf_without_derive_guid_is_refused_with_code_7() {
+    ib_phase();
+    let vf = vfs().last().unwrap().clone();
+    let before_all = ib_host_view();
+    let zero = ZeroGuid::on(&vf);
+    let (name, _) = ib_vf_before(&vf);
+    assert_zero_guid(&vf, &name);
+    let before = ib_host_view();
+    let pf_before = pf_vf_text(vf_index(&vf));
+    let p = Plugin::new();
+    let pod = Pod::new("ibzero");
+    for derive in [None, Some(false)] {
+        let conf = ib_conf_without_guid(&p, &vf, true, derive);
+        let r = p.run("ADD", "cid-ibzero", &pod.path(), &conf);
+        assert!(!r.ok, "ADD (deriveGuid {derive:?}) succeeded: {}", r.json);
+        assert_eq!(r.json["code"], 7, "{}\n{}", r.json, r.stderr);
+        let msg = r.json["msg"].as_str().unwrap_or_default();
+        eprintln!("deriveGuid {derive:?}: code 7: {msg}");
+        for needle in ["deriveGuid", OPERATOR_GUID_FILE] {
+            assert!(msg.contains(needle), "the message names {needle:?}: {msg}");
+        }
+        assert!(!r.stderr.contains("rebind window"), "{}", r.stderr);
+        udev_settle();
+        assert_eq!(ib_host_view(), before, "a refused ADD changes nothing");
+        assert_eq!(pf_vf_text(vf_index(&vf)), pf_before, "nor the PF's VF");
+        assert_zero_guid(&vf, &name);
+        assert_eq!(pod.link_names(), vec!["lo".to_string()]);
+        assert!(p.journals().is_empty());
+        assert!(p.allocations().is_empty());
+        p.run("DEL", "cid-ibzero", &pod.path(), &conf)
+            .expect_ok("DEL after the refused ADD");
+        assert_eq!(ib_host_view(), before, "DEL changes nothing");
+        assert_zero_guid(&vf, &name);
+    }
+    drop(p);
+    drop(zero);
+    udev_settle();
+    assert_ib_restored_guid(&vf, &name);
+    assert_eq!(ib_host_view(), before_all, "the VF's GUID set back");
+}
+
+/// After [`ZeroGuid`] is dropped: VF `vf` in the host under `name` with its original
+/// GUID (`GUID_BASE` + index) in its IPoIB address and as what the PF reports.
+fn assert_ib_restored_guid(vf: &str, name: &str) {
+    let orig = GUID_BASE + vf_index(vf) as u64;
+    assert_eq!(sysfs_netdevs(vf), vec![name.to_string()], "VF {vf} name");
+    assert_eq!(addr_guid(&netdev_address(name)), orig);
+    let (node, port, _) = pf_vf_line(vf_index(vf));
+    assert_eq!((node, port), (guid_text(orig), guid_text(orig)));
+}
+
+/// `deriveGuid: true` on a VF with GUID zero and no GUID given: ADD sets the derived
+/// GUID (computed here from the PF's port GUID and the VF index) on node and port
+/// through the PF and rebinds the VF, so the pod's IPoIB netdev carries it; DEL keeps
+/// it (the VF's netdev, re-created in the host, still carries it and the PF still
+/// reports it); a second ADD finds a usable GUID and needs no rebind (the pod's
+/// netdev is the host's, same ifindex; no rebind in the log), nor does its DEL. The
+/// VF's original GUID is set back at the end.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_zero_guid_vf_gets_the_derived_guid_and_keeps_it() {
+    ib_phase();
+    let vf = vfs().last().unwrap().clone();
+    let n = vf_index(&vf);
+    let before_all = ib_host_view();
+    let zero = ZeroGuid::on(&vf);
+    let (name, rdma) = ib_vf_before(&vf);
+    assert_zero_guid(&vf, &name);
+    let pf_guid = pf_port_guid();
+    let derived = derived_guid(pf_guid, n);
+    eprintln!(
+        "PF port GUID {}, VF {n}: derived GUID {}",
+        guid_text(pf_guid),
+        guid_text(derived)
+    );
+    let p = Plugin::new();
+
+    // 1. ADD with RDMA isolation: the derived GUID set and taking effect by a rebind.
+    let pod = Pod::new("ibderive");
+    let conf = ib_conf_without_guid(&p, &vf, true, Some(true));
+    let _ = sh(&["dmesg", "-c"]);
+    let add = p.run("ADD", "cid-ibderive", &pod.path(), &conf);
+    let log = add.stderr.clone();
+    let res = add.expect_ok("ADD with deriveGuid");
+    assert!(log.contains("rebind window of VF"), "ADD rebinds:\n{log}");
+    assert_ib_attached(&p, &pod, &res, &vf, IFNAME, derived, &rdma);
+    let (_, addr) = pod_link(&pod, IFNAME);
+    assert_eq!(addr_guid(&addr), derived, "the pod's {IFNAME}: {addr}");
+    let probe = format!("node guid {derived:016x}, port guid {derived:016x}");
+    assert!(dmesg().contains(&probe), "ibvf's probe saw {probe}");
+    let mut check = conf.clone();
+    check["prevResult"] = res.clone();
+    p.run("CHECK", "cid-ibderive", &pod.path(), &check)
+        .expect_ok("CHECK");
+
+    // 2. DEL: the VF back, keeping the derived GUID.
+    let del = p.run("DEL", "cid-ibderive", &pod.path(), &conf);
+    let log = del.stderr.clone();
+    del.expect_ok("DEL");
+    udev_settle();
+    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
+    assert!(pod_rdma(&pod).is_empty(), "no RDMA device left in the pod");
+    assert_eq!(sysfs_netdevs(&vf), vec![name.clone()], "log:\n{log}");
+    assert_eq!(rdma_of(&vf), vec![rdma.clone()]);
+    let addr = netdev_address(&name);
+    assert_eq!(
+        addr_guid(&addr),
+        derived,
+        "{name} {addr} keeps the derived GUID; log:\n{log}"
+    );
+    let t = pf_vf_text(n);
+    for needle in [
+        format!("NODE_GUID {}", guid_text(derived)),
+        format!("PORT_GUID {}", guid_text(derived)),
+        "link-state auto".to_string(),
+    ] {
+        assert!(
+            t.contains(&needle),
+            "PF reports {needle:?} for VF {vf}: {t}"
+        );
+    }
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty());
+    drop(pod);
+
+    // 3. A second ADD (no RDMA isolation: nothing else re-creates the netdev) finds the
+    // derived GUID and keeps it: no rebind, the host's netdev itself goes to the pod.
+    let pod = Pod::new("ibderive2");
+    let conf = ib_conf_without_guid(&p, &vf, false, Some(true));
+    let ifindex = ifindex_of(&name) as u64;
+    let add = p.run("ADD", "cid-ibderive2", &pod.path(), &conf);
+    let log = add.stderr.clone();
+    let res = add.expect_ok("second ADD with deriveGuid");
+    assert!(!log.contains("rebind window"), "no rebind:\n{log}");
+    let (pod_ifindex, addr) = pod_link(&pod, IFNAME);
+    assert_eq!(
+        pod_ifindex, ifindex,
+        "the pod's {IFNAME} is the host's {name} (not re-created by a rebind):\n{log}"
+    );
+    assert_eq!(addr_guid(&addr), derived, "{addr}");
+    assert_eq!(res["interfaces"][0]["mac"], addr.as_str(), "{res}");
+    assert!(sysfs_netdevs(&vf).is_empty());
+    assert_eq!(rdma_of(&vf), vec![rdma.clone()], "RDMA device not moved");
+    let (node, port, state) = pf_vf_line(n);
+    assert_eq!(
+        (node, port, state),
+        (guid_text(derived), guid_text(derived), "enable".to_string())
+    );
+    let del = p.run("DEL", "cid-ibderive2", &pod.path(), &conf);
+    let log = del.stderr.clone();
+    del.expect_ok("second DEL");
+    udev_settle();
+    assert!(!log.contains("rebind"), "DEL rebinds nothing:\n{log}");
+    assert_eq!(sysfs_netdevs(&vf), vec![name.clone()], "log:\n{log}");
+    assert_eq!(ifindex_of(&name) as u64, ifindex, "the same netdev back");
+    assert_eq!(addr_guid(&netdev_address(&name)), derived);
+    let (node, port, state) = pf_vf_line(n);
+    assert_eq!(
+        (node, port, state),
+        (guid_text(derived), guid_text(derived), "auto".to_string())
+    );
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty());
+    drop(pod);
+
+    // 4. The VF's original GUID set back: the host as it began.
+    drop(p);
+    drop(zero);
+    udev_settle();
+    assert_ib_restored_guid(&vf, &name);
+    assert_eq!(
+        ib_host_view(),
+        before_all,
+        "the VF's original GUID set back"
+    );
+}
