@@ -13,6 +13,10 @@
 //! emuhost sync --root DIR
 //!     Makes the sysfs net/ entries show which netdevs are in the host netns (after the
 //!     plugin moved VFs into pods or back).
+//! emuhost probe --root DIR [--delay-ms MS]
+//!     Serves the mlx5_core unbind/bind files as a driver whose probe takes MS
+//!     milliseconds (default 300), until killed (EmuHost::fifo_probe; for the storm
+//!     benchmark, on a host nothing else uses).
 //! emuhost destroy --prefix P --root DIR
 //!     Deletes netns P-host and any P-pod<k>, and DIR (only when DIR/.emuhost.json names
 //!     prefix P).
@@ -30,6 +34,7 @@ const USAGE: &str = "usage:
   emuhost create --prefix P [--vfs N] [--vfio I,..] [--root DIR] [--no-ofed] [--zero-guids] [--mtu M]
   emuhost describe --root DIR
   emuhost sync --root DIR
+  emuhost probe --root DIR [--delay-ms MS]
   emuhost destroy --prefix P --root DIR";
 
 #[derive(Default)]
@@ -41,6 +46,7 @@ struct Args {
     no_ofed: bool,
     zero_guids: bool,
     mtu: Option<u32>,
+    delay_ms: Option<u32>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -61,6 +67,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--root" => a.root = Some(PathBuf::from(value()?)),
             "--vfs" => a.vfs = Some(num(value()?)?),
             "--mtu" => a.mtu = Some(num(value()?)?),
+            "--delay-ms" => a.delay_ms = Some(num(value()?)?),
             "--vfio" => {
                 for i in value()?.split(',').filter(|s| !s.is_empty()) {
                     a.vfio.push(num(i.to_string())?);
@@ -104,6 +111,13 @@ fn run(cmd: &str, a: Args) -> Result<(), String> {
                 serde_json::to_string_pretty(&host.describe()).unwrap()
             );
             Ok(())
+        }
+        "probe" => {
+            let host = EmuHost::attach(&need_root(&a)?).map_err(|e| e.to_string())?;
+            let delay = std::time::Duration::from_millis(u64::from(a.delay_ms.unwrap_or(300)));
+            host.fifo_probe(delay, None)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         }
         "sync" => {
             let host = EmuHost::attach(&need_root(&a)?).map_err(|e| e.to_string())?;

@@ -4,6 +4,10 @@
 #   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--gap MS] [--json FILE]
 #                    [--samples DIR] [--store STORE] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
+#   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
+#
+# --storm: a start-up storm of multi-rail pods through the node's rebind queue
+# (scripts/bench_storm.sh says what it runs and the bounds it checks).
 #
 # --scale: what grows on a busy node, ours beside host-device + host-local in one
 # run (scripts/bench_scale.py does the timing): pool fill 0/50/99% of a /20,
@@ -104,6 +108,10 @@ export LC_ALL=C
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 self="$repo/scripts/bench.sh"
+if [[ "${1:-}" == --storm ]]; then
+    shift
+    exec "$repo/scripts/bench_storm.sh" "$@"
+fi
 
 # ---------------------------------------------------------------------------
 # The timed loop: a small Python program (Debian's /usr/bin/python3) run as

@@ -360,19 +360,38 @@ impl Sysfs {
         // component names the VF, so one readlink per link is enough (resolving each
         // link costs ~9 readlinks and grows with the VF index).
         let vf_name = addr.to_string();
+        let names_vf = |link: &Path| {
+            fs::read_link(link).is_ok_and(|t| t.file_name().is_some_and(|n| n == vf_name.as_str()))
+        };
+        // The index by the SR-IOV routing-ID rule, proven by one readlink of its
+        // `virtfn<N>`; the scan of every `virtfn<N>` only when that fails (a kernel
+        // without `sriov_offset`/`sriov_stride`), so the cost does not grow with N.
+        if let Some(n) = vf_index_by_routing_id(&pf_dir, pf, addr) {
+            if names_vf(&pf_dir.join(format!("virtfn{}", n.0))) {
+                return self.finish_discovery(addr, dir, pf, pf_dir, n);
+            }
+        }
         let vf_index = virtfn_links(&pf_dir)
             .map_err(|source| DiscoveryError::Io {
                 path: pf_dir.clone(),
                 source,
             })?
             .into_iter()
-            .find(|(_, link)| {
-                fs::read_link(link)
-                    .is_ok_and(|t| t.file_name().is_some_and(|n| n == vf_name.as_str()))
-            })
+            .find(|(_, link)| names_vf(link))
             .map(|(n, _)| n)
             .ok_or(DiscoveryError::NotListed { vf: addr, pf })?;
+        self.finish_discovery(addr, dir, pf, pf_dir, vf_index)
+    }
 
+    /// The rest of [`Sysfs::discover_vf`] once the VF's PF and index are known.
+    fn finish_discovery(
+        &self,
+        addr: PciAddress,
+        dir: PathBuf,
+        pf: PciAddress,
+        pf_dir: PathBuf,
+        vf_index: VfIndex,
+    ) -> Result<VfDevice, DiscoveryError> {
         let pf_netdevs = list_dir(&pf_dir.join("net")).map_err(|source| DiscoveryError::Io {
             path: pf_dir.join("net"),
             source,
@@ -472,7 +491,11 @@ impl Sysfs {
     ) -> Result<String, DiscoveryError> {
         let start = Instant::now();
         let dir = self.pci_device_dir(addr).join("net");
-        let mut pause = Duration::from_millis(5);
+        // Polled: sysfs directories raise no inotify events for entries the kernel adds.
+        // The pause grows from 2 ms to at most 10 ms, so a netdev is seen within 10 ms of
+        // its creation: the wait runs inside the node's rebind queue, where every
+        // millisecond past the probe delays every rebind queued behind it.
+        let mut pause = Duration::from_millis(2);
         loop {
             self.existing_device_dir(addr)?;
             let mut names = list_dir(&dir).map_err(|source| DiscoveryError::Io {
@@ -491,7 +514,7 @@ impl Sysfs {
                 });
             }
             std::thread::sleep(pause.min(timeout - elapsed));
-            pause = (pause * 2).min(Duration::from_millis(100));
+            pause = (pause * 2).min(Duration::from_millis(10));
         }
     }
 
@@ -755,6 +778,26 @@ fn virtfn_links(pf_dir: &Path) -> io::Result<Vec<(VfIndex, PathBuf)>> {
     Ok(out)
 }
 
+/// The index of VF `vf` of PF `pf` by the SR-IOV rule (PCI Express Base Specification,
+/// "First VF Offset" and "VF Stride": VF N's routing ID is the PF's plus
+/// `offset + N * stride`), with the two values the kernel exposes as
+/// `<PF>/sriov_offset` and `<PF>/sriov_stride` (drivers/pci/iov.c). A routing ID is
+/// bus << 8 | device << 3 | function. `None` when a file is missing or the arithmetic
+/// does not land on an index (another domain, below the offset, off the stride).
+fn vf_index_by_routing_id(pf_dir: &Path, pf: PciAddress, vf: PciAddress) -> Option<VfIndex> {
+    let num =
+        |f: &str| -> Option<i64> { fs::read_to_string(pf_dir.join(f)).ok()?.trim().parse().ok() };
+    let (offset, stride) = (num("sriov_offset")?, num("sriov_stride")?);
+    let rid = |a: PciAddress| {
+        (i64::from(a.bus) << 8) | (i64::from(a.device) << 3) | i64::from(a.function)
+    };
+    let d = rid(vf) - rid(pf) - offset;
+    if vf.domain != pf.domain || stride <= 0 || d < 0 || d % stride != 0 {
+        return None;
+    }
+    u32::try_from(d / stride).ok().map(VfIndex)
+}
+
 /// The pkey table of an RDMA port: `<pkeys dir>/<i>` files ("0xffff"), in numeric order
 /// of `i`; empty when the directory is absent.
 fn read_pkeys(dir: &Path) -> Result<Vec<u16>, DiscoveryError> {
@@ -887,6 +930,52 @@ mod tests {
         fn sysfs(&self) -> Sysfs {
             Sysfs::new(&self.root)
         }
+    }
+
+    /// With `sriov_offset`/`sriov_stride` the index comes from the routing ID and one
+    /// readlink (a bogus earlier `virtfn1` naming the same VF, which the scan would take,
+    /// is never looked at); a wrong offset falls back to the scan.
+    #[test]
+    fn vf_index_by_routing_id_then_by_scan() {
+        let t = Tree::new(5);
+        let pf = t.dev(PF);
+        fs::write(pf.join("sriov_offset"), "2\n").unwrap();
+        fs::write(pf.join("sriov_stride"), "1\n").unwrap();
+        fs::remove_file(pf.join("virtfn1")).unwrap();
+        symlink(format!("../{}", vf_bdf(3)), pf.join("virtfn1")).unwrap();
+        let vf = t.sysfs().discover_vf(pci(&vf_bdf(3))).unwrap();
+        assert_eq!(vf.vf_index, VfIndex(3));
+        assert_eq!(vf.netdev.as_deref(), Some("ibp175s0f0v3"));
+        assert_eq!(vf.pkeys, vec![0xffff, 0x7fff, 0x0000, 0x8001]);
+        // Off by one: the routing ID names virtfn4, which is another VF: the scan decides
+        // (and finds the bogus virtfn1 first, as before this rule existed).
+        fs::write(pf.join("sriov_offset"), "1\n").unwrap();
+        assert_eq!(
+            t.sysfs().discover_vf(pci(&vf_bdf(3))).unwrap().vf_index,
+            VfIndex(1)
+        );
+        // At offset 1, routing ID 0xaf07 is index 6.
+        assert_eq!(
+            vf_index_by_routing_id(&pf, pci(PF), pci("0000:af:00.7")),
+            Some(VfIndex(6))
+        );
+        fs::write(pf.join("sriov_stride"), "0\n").unwrap();
+        assert_eq!(vf_index_by_routing_id(&pf, pci(PF), pci(&vf_bdf(3))), None);
+        fs::write(pf.join("sriov_stride"), "1\n").unwrap();
+        fs::write(pf.join("sriov_offset"), "2\n").unwrap();
+        // A VF on the next device number: 0000:af:01.0 is routing ID 0xaf08, index 6.
+        assert_eq!(
+            vf_index_by_routing_id(&pf, pci(PF), pci("0000:af:01.0")),
+            Some(VfIndex(6))
+        );
+        assert_eq!(
+            vf_index_by_routing_id(&pf, pci(PF), pci("0001:af:00.3")),
+            None
+        );
+        assert_eq!(
+            vf_index_by_routing_id(&pf, pci(PF), pci("0000:af:00.1")),
+            None
+        );
     }
 
     #[test]

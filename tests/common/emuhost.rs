@@ -851,6 +851,57 @@ impl EmuHost {
         }
     }
 
+    /// A driver probe that takes `delay`, for the start-up storm benchmark
+    /// (`scripts/bench.sh --storm`): a real unbind takes the VF's netdev away at once and
+    /// a bind brings it back only when the driver's probe has finished (mlx5: about
+    /// 0.2-1 s). The `unbind` and `bind` files of `mlx5_core` become FIFOs, read here in
+    /// turn, so the plugin's write of each blocks until this loop takes it: a BDF read
+    /// from `unbind` has its `<VF>/net` directory hidden (renamed `.net-probing`) before
+    /// `bind` is even opened for reading, and a BDF read from `bind` gets it back after
+    /// `delay`. The plugin's wait for the netdev under `<VF>/net/` then lasts the probe.
+    /// Runs until the process is killed (the FIFOs then block every later writer:
+    /// only for a host used by nothing else). Returns the count of probes served when
+    /// `max` (if given) is reached.
+    pub fn fifo_probe(&self, delay: std::time::Duration, max: Option<usize>) -> io::Result<usize> {
+        let drv = self.root.join("bus/pci/drivers").join(MLX5_CORE);
+        let (unbind, bind) = (drv.join("unbind"), drv.join("bind"));
+        for f in [&unbind, &bind] {
+            let _ = fs::remove_file(f);
+            nix::unistd::mkfifo(f.as_path(), nix::sys::stat::Mode::from_bits_truncate(0o600))
+                .map_err(io::Error::from)?;
+        }
+        let take = |p: &Path| -> io::Result<String> {
+            // Blocks until a writer opens it; EOF when that writer closes.
+            Ok(fs::read_to_string(p)?.trim().to_string())
+        };
+        let net_dir = |bdf: &str| {
+            self.vfs
+                .iter()
+                .find(|v| v.addr == bdf)
+                .map(|v| v.dir.clone())
+        };
+        let mut served = 0;
+        while max.is_none_or(|m| served < m) {
+            let gone = take(&unbind)?;
+            if let Some(d) = net_dir(&gone) {
+                if d.join("net").exists() {
+                    fs::rename(d.join("net"), d.join(".net-probing"))?;
+                }
+            }
+            let back = take(&bind)?;
+            std::thread::sleep(delay);
+            for bdf in [&gone, &back] {
+                if let Some(d) = net_dir(bdf) {
+                    if d.join(".net-probing").exists() {
+                        fs::rename(d.join(".net-probing"), d.join("net"))?;
+                    }
+                }
+            }
+            served += 1;
+        }
+        Ok(served)
+    }
+
     /// Re-creates VF `n`'s veth pair in the host netns as it was in `orig` (ifindex,
     /// MAC and MTU of both ends, the peer's admin state), the VF end named `name` and
     /// down. Does not touch the emulated sysfs (see [`EmuHost::sync_netdevs`]).
