@@ -441,7 +441,12 @@ impl NetConf {
             "runtimeConfig.CNIDeviceInfoFile",
         )?;
         let prev_result = match rc.prev_result.as_ref().filter(|v| !v.is_null()) {
-            Some(v) if decode_prev_result => Some(CniOutput::from_json(v)?),
+            Some(v) if decode_prev_result => {
+                Some(CniOutput::from_json(v).map_err(|e| CniError {
+                    msg: format!("prevResult: {}", e.msg),
+                    ..e
+                })?)
+            }
             _ => None,
         };
 

@@ -387,6 +387,41 @@ fn a_delegate_result_without_ips_is_an_error() {
     assert_eq!(lab.host.snapshot(), before);
 }
 
+/// An IPAM plugin whose ADD prints something that is not a CNI result: code 103
+/// naming the plugin and the bad field, and not calling it a prevResult (it is the IPAM
+/// plugin's result); the ADD is rolled back.
+#[test]
+fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let bin = lab.host.root().join("fake-cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = bin.join("badresult");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\n\
+         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "badresult"}));
+    let path = format!("{}:{}", bin.display(), cni_path());
+    let env = [("CNI_PATH", path.as_str())];
+    let e = lab
+        .run("ADD", "b1", pod.netns(), &conf, &env)
+        .expect_code(103);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("ipam plugin badresult ADD result is not a CNI result")
+            && msg.contains("ips[].address \"nope\""),
+        "{msg}"
+    );
+    assert!(!msg.contains("prevResult"), "{msg}");
+    assert_eq!(lab.host.snapshot(), before, "rolled back");
+    lab.run("DEL", "b1", pod.netns(), &conf, &env).expect_ok();
+}
+
 /// The built-in allocator and Debian's real host-local on the same store (same
 /// `dataDir` and network name), records changed behind our back (issue 13): host-local
 /// allocates between our ADDs, releases our record and hands the address to another

@@ -203,9 +203,11 @@ impl CniOutput {
     /// Reads a result of any supported version (0.1.0 to 1.1.0), e.g. a `prevResult` or
     /// a delegated IPAM plugin's output (`ip4`/`ip6` objects for 0.1.0/0.2.0).
     ///
-    /// Errors (code 7 for malformed content, code 1 for an unsupported `cniVersion`).
+    /// Errors (code 7 for malformed content, naming the field but not the document:
+    /// the caller says whose result it is, a `prevResult` or an IPAM plugin's; code 1
+    /// for an unsupported `cniVersion`).
     pub fn from_json(v: &Value) -> Result<CniOutput, CniError> {
-        let bad = |what: &str| CniError::config(format!("prevResult: {what}"));
+        let bad = |what: &str| CniError::config(what.to_string());
         let obj = v.as_object().ok_or_else(|| bad("not a JSON object"))?;
         if let Some(ver) = obj.get("cniVersion").and_then(Value::as_str) {
             parse_version(ver)?;
@@ -328,7 +330,7 @@ fn route_json(r: &Route, extended: bool) -> Value {
 ///
 /// Errors: code 7 naming `at` and the bad field.
 fn parse_route(r: &Value, at: &str) -> Result<Route, CniError> {
-    let bad = |what: String| CniError::config(format!("prevResult: {at}.{what}"));
+    let bad = |what: String| CniError::config(format!("{at}.{what}"));
     let d = r
         .get("dst")
         .and_then(Value::as_str)
