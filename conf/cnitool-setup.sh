@@ -14,7 +14,9 @@
 #           plugin reads no GUID from CNI_ARGS).
 # CNI_PATH  directory holding ib-sriov (default /opt/cni/bin)
 # STATE_DIR the plugin's journals go to $STATE_DIR/ib-sriov (stateDir), its IP store to
-#           $STATE_DIR/networks (ipam dataDir); default /var/lib/cni, as the plugin's defaults
+#           $STATE_DIR/networks (ipam dataDir); default /var/lib/cni, on disk, so a test
+#           host's attachments outlive its reboot (the plugin's own defaults are stateDir
+#           /run/ib-sriov, a tmpfs, and dataDir /var/lib/cni/networks)
 # NETNS     network namespace to create (default ib-sriov-test); SUBNET (default
 #           10.56.217.0/24); CNI_IFNAME (default net1) and CNI_ARGS go to cnitool as is
 #

@@ -18,6 +18,16 @@ use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
 use std::io::{Read, Write};
 
+/// When [`main`] began: the start of the process, for the verb's time bound
+/// ([`crate::plugin::VERB_BUDGET`]).
+static PROCESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// The instant [`main`] began (the process start, to within the loading of the
+/// executable), or `None` when the library runs in-process without [`main`].
+pub fn process_start() -> Option<std::time::Instant> {
+    PROCESS_START.get().copied()
+}
+
 /// Largest accepted network configuration on stdin: 4 MiB.
 pub const MAX_STDIN: u64 = 4 << 20;
 
@@ -201,6 +211,7 @@ fn delegation_loop() -> Option<Result<(), CniError>> {
 /// Runs the plugin; returns the process exit code (0 success, 1 error; see
 /// [`manual_run`] for a run by hand).
 pub fn main() -> i32 {
+    PROCESS_START.get_or_init(std::time::Instant::now);
     if let Some(rc) = manual_run() {
         return rc;
     }

@@ -149,6 +149,134 @@ pub struct NetConf {
     pub warnings: Vec<String>,
 }
 
+/// The top-level keys this plugin reads ([`NetConf`]; README "Configuration reference").
+pub const KNOWN_KEYS: &[&str] = &[
+    "cniVersion",
+    "name",
+    "type",
+    "deviceID",
+    "pciBusID",
+    "guid",
+    "pkey",
+    "link_state",
+    "rdmaIsolation",
+    "ibKubernetesEnabled",
+    "vfioPciMode",
+    "runtimeConfig",
+    "args",
+    "ipam",
+    "logLevel",
+    "logFile",
+    "stateDir",
+    "prevResult",
+    "lockTimeoutMs",
+    "guidFile",
+    "deriveGuid",
+];
+
+/// Top-level keys other components put into a plugin's configuration, which this
+/// plugin does not read and which are not typos: `capabilities` (declared to the
+/// runtime, CNI CONVENTIONS.md), `dns` (CNI SPEC.md network configuration),
+/// `cniVersions`, `disableCheck`, `disableGC` (conflist keys libcni may pass along).
+pub const QUIET_KEYS: &[&str] = &[
+    "capabilities",
+    "dns",
+    "cniVersions",
+    "disableCheck",
+    "disableGC",
+];
+
+/// Keys of the Go ib-sriov-cni that this plugin does not implement (k8snetworkplumbingwg/
+/// ib-sriov-cni `pkg/types/types.go`): accepted and ignored, with a warning naming them.
+pub const GO_ONLY_KEYS: &[&str] = &["publishPfGuid", "kubeconfig"];
+
+/// The built-in IPAM's keys (host-local's format, README "Built-in IPAM").
+pub const BUILTIN_IPAM_KEYS: &[&str] = &[
+    "type",
+    "subnet",
+    "rangeStart",
+    "rangeEnd",
+    "gateway",
+    "ranges",
+    "routes",
+    "dataDir",
+];
+
+/// Edit distance of two short ASCII keys, compared case-insensitively: insertions,
+/// deletions, substitutions and transpositions of neighbours each count 1 (the optimal
+/// string alignment distance).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_lowercase()).collect();
+    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_lowercase()).collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The known key `key` is most likely a typo of: within 2 edits (1 for keys of up to 4
+/// characters), the closest first.
+pub fn near_miss<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    let limit = if key.len() <= 4 { 1 } else { 2 };
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The warnings for the keys of `raw` (a network configuration) that nothing reads: an
+/// unknown top-level key (with the known key it is a near miss of, if any), a Go-only
+/// key, and, for the built-in IPAM, an unknown `ipam` key. Keys other components add
+/// ([`QUIET_KEYS`]) are quiet. Each warning names the key and says it is ignored.
+pub fn unknown_keys(raw: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check =
+        |obj: &serde_json::Map<String, Value>, known: &[&str], quiet: &[&str], at: &str| {
+            for k in obj.keys() {
+                if known.contains(&k.as_str()) || quiet.contains(&k.as_str()) {
+                    continue;
+                }
+                if at.is_empty() && GO_ONLY_KEYS.contains(&k.as_str()) {
+                    out.push(format!(
+                    "{k}: a key of the Go ib-sriov-cni that ib-sriov does not implement; ignored"
+                ));
+                    continue;
+                }
+                out.push(match near_miss(k, known) {
+                    Some(m) => format!("unknown key {at}{k:?} is ignored: did you mean {at}{m}?"),
+                    None => format!("unknown key {at}{k:?} is ignored"),
+                });
+            }
+        };
+    if let Some(o) = raw.as_object() {
+        check(o, KNOWN_KEYS, QUIET_KEYS, "");
+        if let Some(ipam) = o.get("ipam").filter(|v| crate::ipam::is_builtin(v)) {
+            if let Some(io) = ipam.as_object() {
+                check(io, BUILTIN_IPAM_KEYS, &[], "ipam.");
+            }
+        }
+    }
+    out
+}
+
 /// Reads just `cniVersion` from stdin bytes, for error replies before full parsing.
 /// Only that key is materialised (the rest is skipped by serde, not built into a tree),
 /// so this costs no more memory than the input. `None` when stdin is not a JSON object
@@ -465,6 +593,7 @@ impl NetConf {
                 }
             },
         };
+        warnings.extend(unknown_keys(&raw));
         Ok(NetConf {
             lock_timeout: std::time::Duration::from_millis(lock_timeout),
             cni_version,
@@ -521,6 +650,60 @@ impl NetConf {
 mod tests {
     use super::*;
     use serde_json::json;
+    #[test]
+    fn typos_are_named_with_the_key_they_miss() {
+        let w = unknown_keys(&json!({
+            "cniVersion": "1.0.0", "name": "n", "type": "ib-sriov",
+            "link_stat": "enable", "rdmaIsolaton": true, "capabilities": {"infinibandGUID": true},
+            "dns": {}, "publishPfGuid": true, "frobnicate": 1,
+            "ipam": {"type": "ib-sriov-ipam", "subnt": "10.0.0.0/24", "dataDir": "/x"}
+        }));
+        assert!(
+            w.contains(
+                &"unknown key \"link_stat\" is ignored: did you mean link_state?".to_string()
+            ),
+            "{w:?}"
+        );
+        assert!(
+            w.contains(
+                &"unknown key \"rdmaIsolaton\" is ignored: did you mean rdmaIsolation?".to_string()
+            ),
+            "{w:?}"
+        );
+        assert!(
+            w.contains(
+                &"unknown key ipam.\"subnt\" is ignored: did you mean ipam.subnet?".to_string()
+            ),
+            "{w:?}"
+        );
+        assert!(
+            w.contains(&"unknown key \"frobnicate\" is ignored".to_string()),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|x| x.starts_with("publishPfGuid: a key of the Go")),
+            "{w:?}"
+        );
+        assert_eq!(w.len(), 5, "capabilities and dns are quiet: {w:?}");
+        // An external IPAM's keys are its own.
+        assert!(unknown_keys(
+            &json!({"type": "ib-sriov", "ipam": {"type": "whereabouts", "range": "x"}})
+        )
+        .is_empty());
+        // And parse() carries them to the log.
+        let c = NetConf::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"ib-sriov","Link_State":"enable"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            ["unknown key \"Link_State\" is ignored: did you mean link_state?"]
+        );
+        assert_eq!(c.link_state, None, "not applied");
+        assert_eq!(near_miss("pkye", KNOWN_KEYS), Some("pkey"));
+        assert_eq!(near_miss("zzzz", KNOWN_KEYS), None);
+    }
 
     fn parse(v: Value) -> Result<NetConf, CniError> {
         NetConf::parse(v.to_string().as_bytes())

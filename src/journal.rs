@@ -370,9 +370,16 @@ impl JournalStore {
 
     /// `<dir>/locks/rebind`: the node-wide lock held across every driver rebind (the
     /// kernel hands out RDMA device names and `uverbsN` numbers on bind, so parallel
-    /// rebinds could swap them between VFs).
+    /// rebinds could swap them between VFs). Taken by the first of the rebind queue
+    /// ([`Self::rebind_queue_dir`]), and alone by versions before the queue.
     pub fn rebind_lock_path(&self) -> PathBuf {
         self.dir.join("locks").join("rebind")
+    }
+
+    /// `<dir>/locks/rebind.queue`: the node's rebind queue, one entry per process
+    /// waiting for or holding its rebind turn ([`crate::plugin::rebind_queue`]).
+    pub fn rebind_queue_dir(&self) -> PathBuf {
+        self.dir.join("locks").join("rebind.queue")
     }
 
     /// `<dir>/vfs/<VF BDF>`: the VF's holder link.

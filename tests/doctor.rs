@@ -496,3 +496,122 @@ fn doctor_shows_the_guid_each_vf_without_one_would_get() {
         f[0]
     );
 }
+
+/// `doctor --conf` and ADD agree (issue 30): a table of broken configurations, each run
+/// through ADD on the emulated host and through `doctor --conf`. A configuration ADD
+/// refuses is `conf-invalid` with exactly ADD's code and message; one ADD accepts with a
+/// warning (a typo of a key) is valid with `conf-unknown-key` naming the same key and
+/// its near miss, and ADD's log has the same words. The table, with both answers, is the
+/// golden file `conf-table.txt`.
+#[test]
+fn doctor_conf_and_add_agree_on_broken_configurations() {
+    let lab = Lab::default();
+    let h = HostRoot::new(&lab);
+    let pod = lab.host.new_pod();
+    let vf = lab.host.vf(1).addr.clone();
+    let base = || {
+        let mut c = lab.conf("1.0.0", 1);
+        c["logLevel"] = json!("warn");
+        c
+    };
+    let rows: Vec<(&str, Value)> = vec![
+        ("link_state typo", {
+            let mut c = base();
+            c["link_stat"] = json!("enable");
+            c
+        }),
+        ("rdmaIsolation typo", {
+            let mut c = base();
+            c["rdmaIsolaton"] = json!(true);
+            c
+        }),
+        ("ipam subnet typo", {
+            let mut c = base();
+            c["ipam"] =
+                json!({"type": "ib-sriov-ipam", "subnt": "10.56.217.0/24", "dataDir": lab.data});
+            c
+        }),
+        ("device that does not exist", {
+            let mut c = base();
+            c["deviceID"] = json!("0000:af:0f.7");
+            c
+        }),
+        ("vfioPciMode on a netdev VF", {
+            let mut c = base();
+            c["vfioPciMode"] = json!(true);
+            c
+        }),
+        ("pkey out of range", {
+            let mut c = base();
+            c["pkey"] = json!("0x1ffff");
+            c
+        }),
+        ("dhcp IPAM", {
+            let mut c = base();
+            c["ipam"] = json!({"type": "dhcp"});
+            c
+        }),
+        ("ipam range outside its subnet", {
+            let mut c = base();
+            c["ipam"]["rangeStart"] = json!("10.99.0.10");
+            c
+        }),
+    ];
+    let mut table = String::new();
+    for (i, (name, conf)) in rows.iter().enumerate() {
+        let cid = format!("t{i}");
+        let add = lab.add(&cid, &pod, conf);
+        let add_text = if add.ok {
+            lab.del(&cid, pod.netns(), conf).expect_ok();
+            "valid".to_string()
+        } else {
+            format!(
+                "code {}: {}",
+                add.json["code"],
+                add.json["msg"].as_str().unwrap()
+            )
+        };
+        let f = h.path().join(format!("conf-{i}.json"));
+        std::fs::write(&f, conf.to_string()).unwrap();
+        let out = doctor(&lab, &h, &["--json", "--conf", &f.display().to_string()]);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let check = &j["conf"][0];
+        let doc_text = if check["ok"] == true {
+            "valid".to_string()
+        } else {
+            check["error"].as_str().unwrap().to_string()
+        };
+        // The same sysfs, reached through the host root by the doctor.
+        let sys_text = |t: &str| {
+            t.replace(&h.path().join("sys").display().to_string(), "<SYS>")
+                .replace(&lab.host.root().display().to_string(), "<SYS>")
+        };
+        let (doc_text, add_text) = (sys_text(&doc_text), sys_text(&add_text));
+        assert_eq!(doc_text, add_text, "{name}: doctor and ADD disagree");
+        let warnings: Vec<String> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "conf-unknown-key")
+            .map(|f| f["message"].as_str().unwrap().to_string())
+            .collect();
+        for w in &warnings {
+            let words = w.split_once(": ").unwrap().1;
+            assert!(
+                add.stderr.contains(words),
+                "{name}: ADD's log lacks {words:?}: {}",
+                add.stderr
+            );
+        }
+        table.push_str(&format!("{name}\n  ADD and doctor: {add_text}\n"));
+        for w in warnings {
+            table.push_str(&format!("  doctor: conf-unknown-key {w}\n"));
+        }
+    }
+    let table = table
+        .replace(&vf, "<VF>")
+        .replace(&lab.data.display().to_string(), "<DATA>")
+        .replace(&lab.host.root().display().to_string(), "<EMU>");
+    golden("conf-table.txt", &table);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}

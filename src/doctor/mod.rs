@@ -111,7 +111,7 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
     let (mut report, notes) = collect::collect(paths);
     let mut findings = findings::evaluate(&report, &notes);
     if let Some(p) = conf {
-        let (checks, mut f) = check_conf(p);
+        let (checks, mut f) = check_conf(p, paths);
         report.conf = checks;
         findings.append(&mut f);
         findings.sort_by(|a, b| {
@@ -124,8 +124,11 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 
 /// Validates a network configuration (`type: ib-sriov`) or a conflist (each ib-sriov
 /// entry of `plugins`, with the list's `name` and `cniVersion`, as libcni passes them)
-/// with [`crate::config::NetConf::parse`], what ADD runs before touching the host.
-fn check_conf(path: &std::path::Path) -> (Vec<ConfCheck>, Vec<Finding>) {
+/// as ADD does before touching the host ([`conf_error`]), and reports the keys nothing
+/// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
+/// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
+/// device, i.e. one Multus fills on every node (`conf-node-local-range`).
+fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>, Vec<Finding>) {
     let subject = path.display().to_string();
     let bad = |msg: String| {
         Finding {
@@ -175,12 +178,39 @@ fn check_conf(path: &std::path::Path) -> (Vec<ConfCheck>, Vec<Finding>) {
             .and_then(|n| n.as_str())
             .unwrap_or("?")
             .to_string();
-        match crate::config::NetConf::parse(e.to_string().as_bytes()) {
-            Ok(_) => checks.push(ConfCheck {
-                name,
-                ok: true,
-                error: None,
-            }),
+        match conf_error(&e, paths) {
+            Ok(conf) => {
+                for w in &conf.warnings {
+                    let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
+                    findings.push(Finding {
+                        severity: Severity::Warning,
+                        code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
+                        subject: subject.clone(),
+                        message: format!("network {name}: {w}"),
+                        fix: if unknown {
+                            "correct or remove the key: ADD ignores it (and logs this warning)"
+                        } else {
+                            "ADD logs this warning and goes on; see README \"Configuration reference\""
+                        }
+                        .into(),
+                    });
+                }
+                let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
+                if builtin && conf.device_id.is_none() {
+                    findings.push(Finding {
+                        severity: Severity::Warning,
+                        code: "conf-node-local-range".into(),
+                        subject: subject.clone(),
+                        message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
+                        fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
+                    });
+                }
+                checks.push(ConfCheck {
+                    name,
+                    ok: true,
+                    error: None,
+                })
+            }
             Err(err) => {
                 let text = format!("code {}: {}", err.code, err.msg);
                 findings.push(bad(format!("network {name}: {text}")));
@@ -193,6 +223,43 @@ fn check_conf(path: &std::path::Path) -> (Vec<ConfCheck>, Vec<Finding>) {
         }
     }
     (checks, findings)
+}
+
+/// The configuration `e` as ADD parses and checks it before any change: the keys
+/// ([`crate::config::NetConf::parse`]), the IPAM configuration (the built-in one parsed;
+/// `dhcp` refused; a delegated plugin is not looked up: the doctor does not know the
+/// runtime's `CNI_PATH`), and, when it names a device, the device under the host root
+/// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
+/// isolation rule against this node's RDMA netns mode
+/// ([`crate::plugin::rdma::plan_for`]). GUID rules that need the pod (ib-kubernetes'
+/// annotation) are not checked.
+///
+/// Errors: the [`crate::cni::CniError`] ADD would answer, before touching the host.
+fn conf_error(
+    e: &serde_json::Value,
+    paths: &collect::Paths,
+) -> Result<crate::config::NetConf, crate::cni::CniError> {
+    let conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
+    let t = conf
+        .ipam
+        .as_ref()
+        .and_then(|v| v.get("type"))
+        .and_then(|t| t.as_str());
+    if conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin) || t == Some("dhcp") {
+        crate::plugin::ipam_for(&conf, &[])?;
+    }
+    if let Some(addr) = conf.device_id {
+        let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
+        let (dev, _, vfio) = crate::plugin::device_and_mode(&sysfs, &conf, addr)?;
+        crate::plugin::rdma::plan_for(
+            conf.rdma_isolation,
+            &crate::plugin::rdma::KernelRdma,
+            &sysfs,
+            &dev,
+            vfio,
+        )?;
+    }
+    Ok(conf)
 }
 
 #[cfg(test)]
@@ -220,7 +287,8 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","pkey":"0x1ffff"},{"type":"tuning"}]}"#,
         )
         .unwrap();
-        let (checks, f) = check_conf(&p);
+        let paths = collect::Paths::under(d.path(), None, None);
+        let (checks, f) = check_conf(&p, &paths);
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
         assert!(
@@ -232,9 +300,10 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","type":"ib-sriov"}"#,
         )
         .unwrap();
-        let (checks, f) = check_conf(&p);
+        let paths = collect::Paths::under(d.path(), None, None);
+        let (checks, f) = check_conf(&p, &paths);
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "garbage").unwrap();
-        assert!(check_conf(&p).1[0].message.contains("not JSON"));
+        assert!(check_conf(&p, &paths).1[0].message.contains("not JSON"));
     }
 }

@@ -19,30 +19,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     // 1. Every input, before anything changes.
     let vf_addr = conf.validate_for_add()?;
     let ipam = ctx.ipam()?;
-    let (dev, is_pf) = match ctx.sysfs.discover_vf(vf_addr) {
-        Ok(dev) => (dev, false),
-        Err(
-            crate::sysfs::DiscoveryError::IsPf { .. } | crate::sysfs::DiscoveryError::NotVf { .. },
-        ) => (pf_passthrough(ctx, vf_addr)?, true),
-        Err(e) => return Err(CniError::config(e.to_string())),
-    };
-    // vfio mode follows the driver, as in the Go plugin (543060da,
-    // cmd/ib-sriov-cni/main.go `handleVfioPciDetection`): `vfioPciMode: true` requires
-    // vfio-pci; otherwise a device bound to vfio-pci is in vfio mode whatever the key
-    // says (auto-detect).
-    let vfio = match (conf.vfio_pci_mode, dev.is_vfio()) {
-        (Some(true), false) => {
-            return Err(CniError::config(format!(
-                "vfioPciMode is true but {vf_addr} is bound to {}, not vfio-pci: bind it to vfio-pci or drop vfioPciMode",
-                dev.driver.as_deref().unwrap_or("no driver")
-            )))
-        }
-        (Some(false), true) => {
-            log::info!("{vf_addr} is bound to vfio-pci: vfio mode (vfioPciMode false is overridden by the driver, as in the Go plugin)");
-            true
-        }
-        (_, v) => v,
-    };
+    let (dev, is_pf, vfio) = device_and_mode(&ctx.sysfs, conf, vf_addr)?;
     let netns_path = env.netns.as_deref().unwrap_or_default();
     let pod_ns = NetNs::open(netns_path)
         .map_err(|e| CniError::new(code::UNKNOWN_CONTAINER, format!("CNI_NETNS: {e}")))?;
@@ -451,6 +428,44 @@ fn fallback_guid(
     Ok(Some(f))
 }
 
+/// The device ADD would attach and its mode, read from sysfs before any change (also
+/// what `ib-sriov doctor --conf` checks): the VF at `vf_addr`, or a PF (any PCI
+/// function without SR-IOV) passed through with vfio-pci ([`pf_passthrough`]); whether
+/// it is such a PF; whether it is in vfio mode. vfio mode follows the driver, as in the
+/// Go plugin (543060da, cmd/ib-sriov-cni/main.go `handleVfioPciDetection`):
+/// `vfioPciMode: true` requires vfio-pci; otherwise a device bound to vfio-pci is in
+/// vfio mode whatever the key says (auto-detect).
+///
+/// Errors: code 7 for a device that does not exist, is not a VF and not a vfio-pci PF,
+/// or contradicts `vfioPciMode`.
+pub fn device_and_mode(
+    sysfs: &crate::sysfs::Sysfs,
+    conf: &crate::config::NetConf,
+    vf_addr: crate::types::PciAddress,
+) -> Result<(crate::sysfs::VfDevice, bool, bool), CniError> {
+    let (dev, is_pf) = match sysfs.discover_vf(vf_addr) {
+        Ok(dev) => (dev, false),
+        Err(
+            crate::sysfs::DiscoveryError::IsPf { .. } | crate::sysfs::DiscoveryError::NotVf { .. },
+        ) => (pf_passthrough(sysfs, vf_addr)?, true),
+        Err(e) => return Err(CniError::config(e.to_string())),
+    };
+    let vfio = match (conf.vfio_pci_mode, dev.is_vfio()) {
+        (Some(true), false) => {
+            return Err(CniError::config(format!(
+                "vfioPciMode is true but {vf_addr} is bound to {}, not vfio-pci: bind it to vfio-pci or drop vfioPciMode",
+                dev.driver.as_deref().unwrap_or("no driver")
+            )))
+        }
+        (Some(false), true) => {
+            log::info!("{vf_addr} is bound to vfio-pci: vfio mode (vfioPciMode false is overridden by the driver, as in the Go plugin)");
+            true
+        }
+        (_, v) => v,
+    };
+    Ok((dev, is_pf, vfio))
+}
+
 /// A vfio device's result entry, then completion: `complete` written without fsync.
 /// The entry is `CNI_IFNAME` with the pod netns as `sandbox` (and the PCI address as
 /// `pciID` in 1.1.0), as the Go plugin's result (543060da, cmd/ib-sriov-cni/main.go
@@ -479,11 +494,10 @@ fn finish(ctx: &Ctx, j: &mut Journal, out: &mut CniOutput) -> Result<(), CniErro
 /// Errors: code 7 when it is not bound to vfio-pci (the plugin moves VF netdevs only;
 /// a PF netdev is the node's).
 fn pf_passthrough(
-    ctx: &Ctx,
+    sysfs: &crate::sysfs::Sysfs,
     addr: crate::types::PciAddress,
 ) -> Result<crate::sysfs::VfDevice, CniError> {
-    let driver = ctx
-        .sysfs
+    let driver = sysfs
         .driver(addr)
         .map_err(|e| CniError::config(format!("reading the driver of {addr}: {e}")))?;
     if driver.as_deref() != Some(crate::sysfs::VFIO_PCI_DRIVER) {

@@ -7,11 +7,14 @@ mod del;
 pub mod errors;
 pub mod gc;
 pub mod rdma;
+pub mod rebind_queue;
 pub mod status;
 pub mod steps;
 mod teardown;
 mod upgrade;
 pub mod vfattr;
+
+pub use add::device_and_mode;
 
 use crate::cni::{code, CniEnv, CniError, Command, Delegate};
 use crate::config::NetConf;
@@ -20,11 +23,34 @@ use crate::ipam::{IpamConfig, IpamError, BUILTIN_TYPE};
 use crate::journal::JournalStore;
 use crate::sysfs::Sysfs;
 use crate::types::PciAddress;
+use rebind_queue::{Limits, QueueError, RebindQueue, RebindTurn};
 use serde_json::Value;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long to wait for a VF netdev to reappear after a driver rebind.
 pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
+
+/// The time bound of one verb, measured from the start of the process (of the call of
+/// [`run_with`] when the library runs in-process): the verb begins no driver rebind
+/// that could end past it. kubelet gives the runtime 2 min for `StopPodSandbox` (where
+/// DEL runs) and 4 min for `RunPodSandbox` (ADD) (`--runtime-request-timeout`, default
+/// 2 min, doubled for `RunPodSandbox`: `remoteRuntimeService` in kubelet's CRI client);
+/// a runtime that runs the plugin under that request's context has it SIGKILLed then
+/// (libcni's `RawExec` uses `exec.CommandContext`), which in the middle of an unbind and
+/// bind can leave the VF without a driver. 90 s leaves room for what follows the last
+/// rebind (the IPAM lock, bounded by `lockTimeoutMs`).
+pub const VERB_BUDGET: Duration = Duration::from_secs(90);
+
+/// What the driver's unbind and bind are allowed in [`REBIND_RESERVE`] (mlx5 takes
+/// 0.2 to 1 s; the kernel call itself is not bounded by the plugin).
+pub const DRIVER_REBIND_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// What a rebind window takes once its turn has begun: the driver's unbind and bind
+/// ([`DRIVER_REBIND_ALLOWANCE`]), the wait for the netdev ([`NETDEV_WAIT`]) and the
+/// settling of its name (`RENAME_SETTLE` in `steps/netdev.rs`, 5 s): 20 s. A rebind
+/// turn must begin by [`VERB_BUDGET`] minus this after the verb's start.
+pub const REBIND_RESERVE: Duration =
+    Duration::from_secs(DRIVER_REBIND_ALLOWANCE.as_secs() + NETDEV_WAIT.as_secs() + 5);
 
 /// Everything one invocation needs.
 pub struct Ctx<'a> {
@@ -38,6 +64,9 @@ pub struct Ctx<'a> {
     pub store: JournalStore,
     /// RDMA netlink access (the kernel, or an in-memory double in tests).
     pub rdma: &'a dyn rdma::RdmaProvider,
+    /// When the verb started: the process start ([`crate::cli::process_start`]), else
+    /// the call of [`run_with`]. [`VERB_BUDGET`] counts from here.
+    pub started: Instant,
 }
 
 /// The IPAM chosen by `ipam.type`.
@@ -62,7 +91,21 @@ pub fn ipam_for(conf: &NetConf, cni_path: &[String]) -> Result<Option<Ipam>, Cni
     if t == BUILTIN_TYPE {
         return IpamConfig::from_json(v)
             .map(|c| Some(Ipam::Builtin(c)))
-            .map_err(ipam_error);
+            .map_err(|e| {
+                // A refusal is all the runtime shows: the typos that may explain it go
+                // with it (they are also logged as warnings).
+                let mut e = ipam_error(e);
+                let hints: Vec<&str> = conf
+                    .warnings
+                    .iter()
+                    .filter(|w| w.starts_with("unknown key ipam."))
+                    .map(String::as_str)
+                    .collect();
+                if !hints.is_empty() {
+                    e.msg = format!("{} ({})", e.msg, hints.join("; "));
+                }
+                e
+            });
     }
     if t == "dhcp" {
         return Err(CniError::config(
@@ -86,25 +129,40 @@ impl Ctx<'_> {
         d.run(command, self.env, &stdin)
     }
 
-    /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
-    /// Takes the node-wide rebind lock (`<stateDir>/locks/rebind`), bounded by
-    /// `lockTimeoutMs`. Held from the GUID write through the unbind/bind to the re-read
-    /// of the VF's netdev and RDMA device, so no two rebinds on the node overlap: the
-    /// kernel gives a re-probed VF the lowest free RDMA device name and `uverbsN` minor,
-    /// and two overlapping rebinds could swap them (the Go plugin serializes every ADD
-    /// and DEL on one node-wide lock for this reason). Everything else stays per VF.
+    /// Takes this process's turn in the node's rebind queue
+    /// (`<stateDir>/locks/rebind.queue`, [`rebind_queue`]), and with it the node-wide
+    /// flock `<stateDir>/locks/rebind` that older binaries take. Held from the GUID
+    /// write through the unbind/bind to the re-read of the VF's netdev and RDMA device,
+    /// so no two rebinds on the node overlap: the kernel gives a re-probed VF the lowest
+    /// free RDMA device name and `uverbsN` minor, and two overlapping rebinds could swap
+    /// them (the Go plugin serializes every ADD and DEL on one node-wide lock for this
+    /// reason). Everything else stays per VF. Turns are given in arrival order; an
+    /// entry whose process died never blocks the queue.
     ///
-    /// Errors: code 11 on timeout, code 5 on I/O.
-    pub fn lock_rebind(&self) -> Result<FileLock, CniError> {
-        let path = self.store.rebind_lock_path();
-        lock_with_timeout(&path, self.conf.lock_timeout).map_err(|e| match e {
-            LockError::Timeout(..) => {
-                CniError::try_later(format!("another VF is being rebound on this node: {e}"))
-            }
-            LockError::Io(..) => CniError::new(code::IO_FAILURE, e.to_string()),
+    /// Gives up (code 11) when no rebind ahead finished for `lockTimeoutMs`, or when
+    /// the turn could not begin [`REBIND_RESERVE`] before the verb's [`VERB_BUDGET`]
+    /// ends, or when an older binary holds the node-wide lock for `lockTimeoutMs`.
+    /// Errors: code 11 as above, code 5 on I/O.
+    pub fn lock_rebind(&self) -> Result<RebindTurn, CniError> {
+        let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path());
+        let limits = Limits {
+            no_progress: self.conf.lock_timeout,
+            begin_by: self.started + (VERB_BUDGET - REBIND_RESERVE),
+        };
+        queue.enter(&limits).map_err(|e| match e {
+            QueueError::TimeBound { .. } => CniError::try_later(format!(
+                "{} keeps within {} s of its start (kubelet's runtime request timeout is 2 min), so a VF rebind must begin within {} s of it: {e}",
+                self.env.command.as_str(),
+                VERB_BUDGET.as_secs(),
+                (VERB_BUDGET - REBIND_RESERVE).as_secs()
+            )),
+            e => e.into(),
         })
     }
 
+    /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
+    ///
+    /// Errors: code 11 on timeout, code 5 on I/O.
     pub fn lock_vf(&self, vf: PciAddress) -> Result<FileLock, CniError> {
         lock_with_timeout(&self.store.vf_lock_path(vf), self.conf.lock_timeout).map_err(|e| match e
         {
@@ -143,6 +201,7 @@ pub fn run_with(
         sysfs,
         store: journal_store(&conf.state_dir),
         rdma,
+        started: crate::cli::process_start().unwrap_or_else(Instant::now),
     };
     match env.command {
         Command::Add => add::add(&ctx).map(Some),

@@ -47,7 +47,21 @@ pub const SHARED_MODE_FIX: &str =
 /// when the mode is exclusive, leaves it when shared, and logs and goes on when the
 /// kernel has no RDMA subsystem or the VF has no RDMA device.
 pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<String>, CniError> {
-    let required = match ctx.conf.rdma_isolation {
+    plan_for(ctx.conf.rdma_isolation, ctx.rdma, &ctx.sysfs, dev, vfio)
+}
+
+/// [`plan`] from its parts: `rdmaIsolation`, the RDMA netlink provider and sysfs (what
+/// `ib-sriov doctor --conf` checks, with the kernel's provider, in the host netns).
+///
+/// Errors: as [`plan`].
+pub fn plan_for(
+    rdma_isolation: Option<bool>,
+    rdma: &dyn RdmaProvider,
+    sysfs: &crate::sysfs::Sysfs,
+    dev: &VfDevice,
+    vfio: bool,
+) -> Result<Option<String>, CniError> {
+    let required = match rdma_isolation {
         Some(false) => return Ok(None),
         Some(true) => true,
         None => false,
@@ -61,7 +75,7 @@ pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<Strin
         }
         return Ok(None);
     }
-    let mode = ctx.rdma.open().and_then(|mut s| s.netns_mode());
+    let mode = rdma.open().and_then(|mut s| s.netns_mode());
     match mode {
         Err(RdmaError::NoSubsystem) if !required => {
             log::info!(
@@ -102,7 +116,7 @@ pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<Strin
         found => Err(CniError::config(format!(
             "VF {} must have exactly one RDMA device under {}/infiniband to isolate, found {found:?}",
             dev.addr,
-            ctx.sysfs.pci_device_dir(dev.addr).display()
+            sysfs.pci_device_dir(dev.addr).display()
         ))),
     }
 }

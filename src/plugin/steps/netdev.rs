@@ -151,6 +151,15 @@ pub(super) fn listed_in_host(
 /// drivers/infiniband/ulp/ipoib/ipoib_main.c), with udev naming both.
 pub const RENAME_SETTLE: Duration = Duration::from_secs(5);
 
+// A rebind window (driver unbind/bind, NETDEV_WAIT, RENAME_SETTLE) fits in the reserve
+// the verb's time bound keeps for it (crate::plugin::REBIND_RESERVE).
+const _: () = assert!(
+    crate::plugin::DRIVER_REBIND_ALLOWANCE.as_secs()
+        + NETDEV_WAIT.as_secs()
+        + RENAME_SETTLE.as_secs()
+        <= crate::plugin::REBIND_RESERVE.as_secs()
+);
+
 /// True when `l` is a netdev of VF `vf` itself: its parent device
 /// (`IFLA_PARENT_DEV_NAME`) is the VF, or the kernel lists it under `<VF>/net/`.
 fn is_own_netdev(host: &Host, vf: PciAddress, l: &Link) -> bool {
