@@ -318,7 +318,7 @@ fn a_moving_queue_is_waited_for_past_lock_timeout() {
 }
 
 /// A waiter whose turn cannot begin by its time bound (400 ms here; the plugin's is
-/// the verb's 90 s from its start minus 20 s for the rebind) gives up at that bound with
+/// the verb's 80 s from its start minus 20 s for the rebind) gives up at that bound with
 /// code 11 naming it, though the queue's `lockTimeoutMs` is far away; with the bound
 /// already past, even a free queue is refused at once. No entry is left behind.
 #[test]

@@ -37,9 +37,11 @@ pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
 /// 2 min, doubled for `RunPodSandbox`: `remoteRuntimeService` in kubelet's CRI client);
 /// a runtime that runs the plugin under that request's context has it SIGKILLed then
 /// (libcni's `RawExec` uses `exec.CommandContext`), which in the middle of an unbind and
-/// bind can leave the VF without a driver. 90 s leaves room for what follows the last
-/// rebind (the IPAM lock, bounded by `lockTimeoutMs`).
-pub const VERB_BUDGET: Duration = Duration::from_secs(90);
+/// bind can leave the VF without a driver. 80 s leaves room for what follows the last
+/// rebind (the IPAM lock, bounded by `lockTimeoutMs`, and ADD's IPv6 DAD wait, 10 s), so
+/// that ADD as DEL ends within 2 min with the default `lockTimeoutMs` (README
+/// "Failures and what the plugin does", the worst-case rows).
+pub const VERB_BUDGET: Duration = Duration::from_secs(80);
 
 /// What the driver's unbind and bind are allowed in [`REBIND_RESERVE`] (mlx5 takes
 /// 0.2 to 1 s; the kernel call itself is not bounded by the plugin).

@@ -633,8 +633,8 @@ mod tests {
         let e = ctx(late).lock_rebind().unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
         for want in [
-            "DEL keeps within 90 s",
-            "within 70 s",
+            "DEL keeps within 80 s",
+            "within 60 s",
             "time bound",
             "rebind.queue",
         ] {
