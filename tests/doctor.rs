@@ -615,3 +615,18 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     golden("conf-table.txt", &table);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
+
+/// `ib-sriov --help` names the doctor (issue 30: an admin finds it from the binary).
+#[test]
+fn help_lists_doctor() {
+    let out = std::process::Command::new(bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ib-sriov doctor [--json] [--conf FILE]") && text.contains("read-only"),
+        "{text}"
+    );
+}
