@@ -45,7 +45,21 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         // DEL of an attachment whose container ID or interface name ADD would have
         // refused: ADD made nothing, so there is nothing to delete (SPEC.md DEL).
         Err(e) if is_del => {
-            crate::logging::init(log::LevelFilter::Info, None, "DEL".into());
+            // The raw values (refused by ADD, so perhaps odd) name the call in the journal.
+            let (cid, ifname) = (
+                std::env::var("CNI_CONTAINERID").unwrap_or_default(),
+                std::env::var("CNI_IFNAME").unwrap_or_default(),
+            );
+            crate::logging::init(
+                log::LevelFilter::Info,
+                None,
+                "DEL".into(),
+                &[
+                    ("CNI_COMMAND", "DEL"),
+                    ("CNI_CONTAINERID", &cid),
+                    ("CNI_IFNAME", &ifname),
+                ],
+            );
             log::warn!(
                 "DEL with an environment ADD refuses ({e}): nothing was made, nothing to do"
             );
@@ -66,6 +80,11 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
                 log::LevelFilter::Info,
                 None,
                 format!("DEL {}/{}", env.container_id, env.ifname),
+                &[
+                    ("CNI_COMMAND", "DEL"),
+                    ("CNI_CONTAINERID", &env.container_id),
+                    ("CNI_IFNAME", &env.ifname),
+                ],
             );
             hold_termination_signals();
             let r = crate::plugin::del_unparsed(&env, stdin, &e);
@@ -76,6 +95,7 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         }
         Err(e) => return Err(e),
     };
+    let device_id = conf.device_id.map(|d| d.to_string()).unwrap_or_default();
     crate::logging::init(
         conf.log_level,
         conf.log_file.as_deref(),
@@ -85,6 +105,13 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
             env.container_id,
             env.ifname
         ),
+        &[
+            ("CNI_COMMAND", env.command.as_str()),
+            ("CNI_CONTAINERID", &env.container_id),
+            ("CNI_IFNAME", &env.ifname),
+            ("CNI_NETWORK", &conf.name),
+            ("CNI_DEVICEID", &device_id),
+        ],
     );
     for w in &conf.warnings {
         log::warn!("{w}");

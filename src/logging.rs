@@ -18,6 +18,23 @@
 //! - stderr is not used when it is the same open file as stdout (same `st_dev`/`st_ino`,
 //!   e.g. a runtime that ran the plugin with `2>&1`) and not a terminal: the records are
 //!   then dropped rather than mixed into the result.
+//!
+//! The systemd journal: when `logFile` is unset and journald listens on its native socket
+//! ([`JOURNAL_SOCKET`], probed with an empty datagram, which journald discards), every
+//! record also goes to the journal with `SYSLOG_IDENTIFIER=ib-sriov`, `PRIORITY` from the
+//! level (error 3, warn 4, info 5, debug 6, trace 7) and the call's fields
+//! (`CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_IFNAME`, `CNI_NETWORK`, `CNI_DEVICEID`, each
+//! when known), so `journalctl -t ib-sriov` shows every call whatever runtime or
+//! operator rendered the configuration. The plugin runs in the host's mount namespace
+//! (a child of containerd or CRI-O), so the socket is the host's. stderr keeps every
+//! record as before (runtimes and `cnitool` show it on failure, libcni copies it to
+//! the runtime's own log), except when stderr already is a journal stream
+//! (`$JOURNAL_STREAM` names it, `systemd.exec(5)`): then the journal copy suffices. A
+//! journal that refuses a record never fails the verb: one warning on stderr, and from
+//! then on stderr only.
+//!
+//! Timestamps of the lines (stderr, `logFile`) are RFC 3339 in UTC with milliseconds
+//! ([`rfc3339_utc`]); the journal stamps its entries itself.
 
 use crate::fsutil::open_regular;
 use log::{LevelFilter, Log, Metadata, Record};
@@ -27,14 +44,59 @@ use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
+use systemd_journal_logger::JournalLog;
+
+/// journald's native-protocol socket (`systemd-journald.socket`).
+pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+
+/// `SYSLOG_IDENTIFIER` of the journal entries (`journalctl -t ib-sriov`).
+pub const SYSLOG_IDENTIFIER: &str = "ib-sriov";
 
 struct Logger {
     file: Option<File>,
+    /// The journal, when `logFile` is unset and journald accepted the probe.
+    journal: Option<JournalLog>,
+    /// Set when the journal refused a record: stderr only from then on.
+    journal_failed: AtomicBool,
+    /// stderr is a journal stream ([`systemd_journal_logger::connected_to_journal`]):
+    /// not written while the journal takes the records.
+    stderr_is_journal: bool,
     prefix: String,
     /// [`stderr_is_separate`], decided once at [`init`].
     stderr_ok: bool,
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365], from March 1
+    let mp = (5 * doy + 2) / 153; // [0, 11], March = 0
+    let d = doy - (153 * mp + 2) / 5 + 1; // [1, 31]
+    let m = if mp < 10 { mp + 3 } else { mp - 9 }; // [1, 12]
+    (yoe + era * 400 + i64::from(m <= 2), m as u32, d as u32)
+}
+
+/// `t` in RFC 3339, UTC, with milliseconds: `2026-11-25T19:32:43.123Z`. An instant
+/// before 1970 (a clock set wrong) is written as the epoch.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (y, mo, day) = civil_from_days((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}-{mo:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        d.subsec_millis()
+    )
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
@@ -104,31 +166,78 @@ impl Log for Logger {
         if !self.enabled(r.metadata()) {
             return;
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
         let msg = r.args().to_string();
-        let line = format!(
-            "{}.{:03} {:5} ib-sriov[{}] {}: {}\n",
-            now.as_secs(),
-            now.subsec_millis(),
-            r.level(),
-            std::process::id(),
-            one_line(&self.prefix),
-            one_line(&msg)
-        );
-        match &self.file {
-            Some(f) => {
-                let _ = (&*f).write(line.as_bytes());
+        let (prefix, msg) = (one_line(&self.prefix), one_line(&msg));
+        if let Some(f) = &self.file {
+            let _ = (&*f).write(self.line(r, &prefix, &msg).as_bytes());
+            return;
+        }
+        let mut journaled = false;
+        if let Some(j) = &self.journal {
+            if !self.journal_failed.load(Ordering::Relaxed) {
+                let sent = j.journal_send(
+                    &Record::builder()
+                        .args(format_args!("{prefix}: {msg}"))
+                        .level(r.level())
+                        .target(r.target())
+                        .module_path(r.module_path())
+                        .file(r.file())
+                        .line(r.line())
+                        .build(),
+                );
+                match sent {
+                    Ok(()) => journaled = true,
+                    Err(e) => {
+                        if !self.journal_failed.swap(true, Ordering::Relaxed) {
+                            to_stderr(&format!(
+                                "ib-sriov: warning: cannot write to the journal ({JOURNAL_SOCKET}): {e}; logging to stderr only"
+                            ));
+                        }
+                    }
+                }
             }
-            None if self.stderr_ok => {
-                let _ = std::io::stderr().lock().write(line.as_bytes());
-            }
-            None => {}
+        }
+        if self.stderr_ok && !(journaled && self.stderr_is_journal) {
+            let _ = std::io::stderr()
+                .lock()
+                .write(self.line(r, &prefix, &msg).as_bytes());
         }
     }
 
     fn flush(&self) {}
+}
+
+impl Logger {
+    /// One record as a line of stderr or `logFile` (with its newline).
+    fn line(&self, r: &Record, prefix: &str, msg: &str) -> String {
+        format!(
+            "{} {:5} ib-sriov[{}] {prefix}: {msg}\n",
+            rfc3339_utc(SystemTime::now()),
+            r.level(),
+            std::process::id(),
+        )
+    }
+}
+
+/// The journal when journald listens on [`JOURNAL_SOCKET`] (it accepted an empty
+/// datagram), with the identifier and `fields` set on every entry; else `None`, after
+/// a warning on stderr when the socket exists but refused the probe.
+fn open_journal(fields: &[(&str, &str)]) -> Option<JournalLog> {
+    if std::fs::symlink_metadata(JOURNAL_SOCKET).is_err() {
+        return None;
+    }
+    match JournalLog::empty() {
+        Ok(j) => Some(
+            j.with_syslog_identifier(SYSLOG_IDENTIFIER.into())
+                .with_extra_fields(fields.iter().filter(|(_, v)| !v.is_empty()).copied()),
+        ),
+        Err(e) => {
+            to_stderr(&format!(
+                "ib-sriov: warning: cannot write to the journal ({JOURNAL_SOCKET}): {e}; logging to stderr only"
+            ));
+            None
+        }
+    }
 }
 
 /// Opens `logFile` for appending as the module docs describe; `Err` says why not
@@ -155,8 +264,10 @@ fn open_log_file(path: &Path) -> Result<File, String> {
 
 /// Installs the logger once per process. `prefix` names the invocation
 /// (e.g. `ADD <containerID>/<ifname>`). If `file` cannot be opened or is refused (see
-/// the module docs), records go to stderr and one warning there says why.
-pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String) {
+/// the module docs), records go to stderr and one warning there says why. Without
+/// `file`, records also go to the journal when journald runs (see the module docs),
+/// each with `fields` (`("CNI_COMMAND", "ADD")`, ...; empty values are left out).
+pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String, fields: &[(&str, &str)]) {
     let f = file.and_then(|p| match open_log_file(p) {
         Ok(f) => Some(f),
         Err(e) => {
@@ -167,8 +278,15 @@ pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String) {
             None
         }
     });
+    let journal = match (&f, file) {
+        (None, None) => open_journal(fields),
+        _ => None,
+    };
     let logger = Logger {
         file: f,
+        stderr_is_journal: journal.is_some() && systemd_journal_logger::connected_to_journal(),
+        journal,
+        journal_failed: AtomicBool::new(false),
         prefix,
         stderr_ok: stderr_is_separate(),
     };
@@ -183,6 +301,58 @@ pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_utc_at_known_instants() {
+        use std::time::Duration;
+        let at = |secs: u64, ms: u64| {
+            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(1_795_635_163, 123), "2026-11-25T19:32:43.123Z");
+        // Leap days: an ordinary leap year, a 400-year one; 2100 is not a leap year.
+        assert_eq!(at(1_709_251_199, 999), "2024-02-29T23:59:59.999Z");
+        assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(4_107_542_400 - 86_400, 7), "2100-02-28T00:00:00.007Z");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
+        assert_eq!(at(946_684_799, 1), "1999-12-31T23:59:59.001Z");
+        assert_eq!(at(2_147_483_648, 0), "2038-01-19T03:14:08.000Z");
+        // Sub-millisecond digits are truncated, not rounded; before 1970 is the epoch.
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH + Duration::from_micros(1_999)),
+            "1970-01-01T00:00:00.001Z"
+        );
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
+
+    /// `civil_from_days` agrees with counting days one by one from 1970-01-01 for
+    /// 400 years (a whole Gregorian cycle and then some).
+    #[test]
+    fn civil_from_days_matches_day_by_day_counting() {
+        let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let len = |y: i64, m: u32| match m {
+            2 if leap(y) => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        };
+        let (mut y, mut m, mut d) = (1970i64, 1u32, 1u32);
+        for days in 0..146_097 + 366 {
+            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
+            d += 1;
+            if d > len(y, m) {
+                d = 1;
+                m += 1;
+                if m > 12 {
+                    m = 1;
+                    y += 1;
+                }
+            }
+        }
+    }
 
     #[test]
     fn one_line_escapes_control_characters_only() {

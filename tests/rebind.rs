@@ -13,9 +13,24 @@ use common::emuhost::EmuOptions;
 use common::lab::{bin, Lab, Run};
 use serde_json::json;
 
+/// Seconds since the epoch of a log line's timestamp (`2026-11-25T19:32:43.123Z`,
+/// RFC 3339 UTC): days from the civil date (H. Hinnant's `days_from_civil`).
+fn line_time(l: &str) -> f64 {
+    let ts = l.split_whitespace().next().unwrap();
+    let n = |r: std::ops::Range<usize>| ts[r].parse::<i64>().unwrap();
+    assert!(ts.len() == 24 && ts.ends_with('Z'), "{l}");
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    let y = if m <= 2 { y - 1 } else { y };
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = y % 400 * 365 + y % 400 / 4 - y % 400 / 100 + doy;
+    let days = y / 400 * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19);
+    secs as f64 + n(20..23) as f64 / 1e3
+}
+
 /// `(begin, end)` of each "rebind window" in a plugin log, in seconds.
 fn windows(log: &str) -> Vec<(f64, f64)> {
-    let t = |l: &str| l.split_whitespace().next().unwrap().parse::<f64>().unwrap();
+    let t = line_time;
     let mut out = Vec::new();
     let mut begin = None;
     for l in log.lines() {

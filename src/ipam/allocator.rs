@@ -107,7 +107,7 @@ fn free_earlier_boots(store: &DiskStore, network: &str) -> Result<(), IpamError>
             "network {network}: the boot marker in {} is unreadable; no allocation freed, marker rewritten",
             store.dir().display()
         ),
-        None => log::info!(
+        None => log::debug!(
             "network {network}: no boot marker yet in {}: allocations of unknown boot are kept",
             store.dir().display()
         ),

@@ -72,7 +72,7 @@ impl Netlink {
     pub fn vf_configs(&self, pf_index: u32) -> Result<Vec<VfConfig>, NlError> {
         match self.vf_configs_by_get(pf_index) {
             Err(e) if e.errno == Some(nix::libc::EMSGSIZE) => {
-                log::info!(
+                log::debug!(
                     "the kernel's reply with the VF table of PF link {pf_index} does not fit its own buffer ({e}); reading it from a link dump"
                 );
                 self.vf_configs_by_dump(pf_index).map_err(|d| NlError {

@@ -155,7 +155,7 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                     errs.push(e);
                 }
             }
-            Ok(false) => log::info!(
+            Ok(false) => log::debug!(
                 "GC: ipam plugin {} does not support CNI 1.1.0 (no GC); its allocations are its own",
                 d.plugin_type
             ),

@@ -57,7 +57,7 @@ pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
                     conf.name
                 )));
             }
-            log::info!(
+            log::debug!(
                 "IPAM network {}: free addresses per range set {free:?}",
                 conf.name
             );
@@ -75,7 +75,7 @@ pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
                         _ => unavailable(e.msg).with_details(e.details),
                     })?;
             } else {
-                log::info!(
+                log::debug!(
                     "ipam plugin {} does not support CNI 1.1.0 (no STATUS); it answered VERSION",
                     d.plugin_type
                 );

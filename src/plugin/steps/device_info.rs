@@ -23,7 +23,7 @@ pub(super) fn apply(path: &Path, content: &str) -> Result<(), super::StepFailure
             format!("writing device-info file {}: {e}", path.display()),
         )
     })?;
-    log::info!("wrote device-info file {}", path.display());
+    log::debug!("wrote device-info file {}", path.display());
     hit("add.device_info")?;
     Ok(())
 }

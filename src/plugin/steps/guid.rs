@@ -97,7 +97,7 @@ pub(super) fn undo(
     if let Ok(st) = view.read() {
         let cur = (st.node_guid.map(|g| g.0), st.port_guid.map(|g| g.0));
         if orig.0.is_some() && cur.0 == orig.0 && (cur.1.is_none() || cur.1 == orig.1) {
-            log::info!("VF {} already has its original GUIDs", j.vf);
+            log::debug!("VF {} already has its original GUIDs", j.vf);
             return Ok(());
         }
     }

@@ -38,7 +38,7 @@ pub(super) fn undo(
     // previous DEL restored it): no set, which such a driver would refuse as well.
     let current = view.read().ok().and_then(|st| st.link_state).map(|s| s.0);
     if current == Some(want) {
-        log::info!("VF {} link state is already {want}", j.vf);
+        log::debug!("VF {} link state is already {want}", j.vf);
         return Ok(());
     }
     view.set_link_state(want, via)?;
