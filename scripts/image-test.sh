@@ -98,7 +98,11 @@ mkdir "$tmp/cnibin1"
 copy="$tmp/cnibin1/ib-sriov"
 cmp "$copy" "$tmp/image-bin/ib-sriov" || fail "the copy differs from the image's /usr/bin/ib-sriov"
 [[ "$(stat -c %a "$copy")" == 755 ]] || fail "mode of the copy is $(stat -c %a "$copy")"
-[[ "$(ls -A "$tmp/cnibin1")" == ib-sriov ]] || fail "left in the directory: $(ls -A "$tmp/cnibin1")"
+[[ "$(ls -A "$tmp/cnibin1" | tr '\n' ' ')" == "ib-sriov ib-sriov-ipam " ]] || fail "left in the directory: $(ls -A "$tmp/cnibin1")"
+# The IPAM plugin: a second, independent copy (not a link) that dispatches on its name.
+cmp "$tmp/cnibin1/ib-sriov-ipam" "$tmp/image-bin/ib-sriov" || fail "ib-sriov-ipam differs from the image's /usr/bin/ib-sriov"
+[[ "$(stat -c %h "$tmp/cnibin1/ib-sriov-ipam")" == 1 && ! -L "$tmp/cnibin1/ib-sriov-ipam" ]] || fail "ib-sriov-ipam is a link"
+"$tmp/cnibin1/ib-sriov-ipam" --version | grep -q '^ib-sriov-ipam version:' || fail "ib-sriov-ipam --version: $("$tmp/cnibin1/ib-sriov-ipam" --version 2>&1)"
 CNI_COMMAND=VERSION "$copy" </dev/null >"$tmp/version.json" || fail "the copy does not answer VERSION"
 python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); assert "1.1.0" in v["supportedVersions"], v' "$tmp/version.json" ||
     fail "VERSION answer: $(cat "$tmp/version.json")"
@@ -133,6 +137,7 @@ export IB_SRIOV_BIN="$tmp/image-bin/ib-sriov" THIN_ENTRYPOINT_BIN="$tmp/image-bi
 ct=(cargo test --target "$triple" --features failpoints)
 "${ct[@]}" --test static_binary
 "${ct[@]}" --test libcni_e2e
+"${ct[@]}" --test ipam_plugin # the image's ib-sriov run as ib-sriov-ipam under host-device and libcni
 "${ct[@]}" --test plugin_emulated -- --exact add_check_del_del_for_every_version
 pass "static-binary, libcni and per-version end-to-end tests against the image's binaries"
 
@@ -164,7 +169,8 @@ for p in "${plats[@]}"; do
         >"$tmp/run-$arch.log" 2>&1 || { cat "$tmp/run-$arch.log" >&2; fail "$arch: podman run --no-sleep"; }
     copy="$tmp/cnibin-$arch/ib-sriov"
     cmp "$copy" "$tmp/bin-$arch/ib-sriov" || fail "$arch: the copy differs from the $arch image's /usr/bin/ib-sriov"
-    [[ "$(ls -A "$tmp/cnibin-$arch")" == ib-sriov ]] || fail "$arch: left in the directory: $(ls -A "$tmp/cnibin-$arch")"
+    [[ "$(ls -A "$tmp/cnibin-$arch" | tr '\n' ' ')" == "ib-sriov ib-sriov-ipam " ]] || fail "$arch: left in the directory: $(ls -A "$tmp/cnibin-$arch")"
+    cmp "$tmp/cnibin-$arch/ib-sriov-ipam" "$tmp/bin-$arch/ib-sriov" || fail "$arch: ib-sriov-ipam differs from the $arch image's /usr/bin/ib-sriov"
     v="$(CNI_COMMAND=VERSION "$copy" </dev/null)" || fail "$arch: the copy does not answer VERSION"
     python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert "1.1.0" in v["supportedVersions"], v' "$v" ||
         fail "$arch: VERSION answer: $v"

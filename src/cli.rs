@@ -11,7 +11,10 @@
 //!   itself, through a copy or wrapper under another name) fails at once with code 7 for
 //!   every command but VERSION and DEL, so a delegation loop stops after one fork; DEL
 //!   succeeds doing nothing (such a delegate never allocated anything, and a failing
-//!   DEL would keep the calling attachment's journal for ever).
+//!   DEL would keep the calling attachment's journal for ever). This guard is for the
+//!   ib-sriov plugin only: started under the file name `ib-sriov-ipam`, the executable is
+//!   the IPAM plugin ([`crate::ipam_plugin`]), which runs the allocator and nothing else
+//!   (no plugin logic, no exec), so it cannot loop and ignores [`DELEGATED_ENV`].
 
 use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
@@ -223,6 +226,47 @@ fn manual_run() -> Option<i32> {
     None
 }
 
+/// [`manual_run`] for the IPAM plugin: `-v`/`--version` prints its version line,
+/// `-h`/`--help` its usage, no argument and no `CNI_COMMAND` both on stderr; exit 0.
+/// Any other argument: usage on stderr, exit 2. `None`: a CNI call.
+fn manual_run_ipam() -> Option<i32> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let line = version_string().replacen("ib-sriov cni", crate::ipam::BUILTIN_TYPE, 1);
+    const IPAM_USAGE: &str = "usage: ib-sriov-ipam [-v|--version|-h|--help]
+ib-sriov-ipam is a CNI IPAM plugin (ib-sriov's built-in allocator, host-local's
+configuration and store): a CNI plugin runs it with CNI_COMMAND and the other CNI_*
+variables set and the network configuration on stdin (CNI SPEC.md \"Plugin Delegation\").";
+    if let Some(a) = args.first() {
+        return Some(match a.to_str() {
+            Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {
+                println!("{line}");
+                0
+            }
+            Some("-h" | "--h" | "-help" | "--help") if args.len() == 1 => {
+                println!("{IPAM_USAGE}");
+                0
+            }
+            _ => {
+                eprintln!("ib-sriov-ipam: unexpected arguments {args:?}\n{IPAM_USAGE}");
+                2
+            }
+        });
+    }
+    if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) {
+        eprintln!("{line}");
+        eprintln!(
+            "CNI protocol versions supported: {}",
+            crate::cni::Version::ALL
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Some(0);
+    }
+    None
+}
+
 /// The outcome for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,
 /// any value): `None` when not delegated or for VERSION; `Some(Ok)` for DEL (nothing to
 /// release: it allocated nothing); `Some(Err)` (code 7) for every other command.
@@ -239,12 +283,28 @@ fn delegation_loop() -> Option<Result<(), CniError>> {
 }
 
 /// Runs the plugin; returns the process exit code (0 success, 1 error; see
-/// [`manual_run`] for a run by hand).
+/// [`manual_run`] for a run by hand). Started under the file name `ib-sriov-ipam`, it
+/// is the IPAM plugin instead ([`crate::ipam_plugin`]), never the ib-sriov plugin.
 pub fn main() -> i32 {
     PROCESS_START.get_or_init(std::time::Instant::now);
+    if crate::ipam_plugin::invoked_as_ipam() {
+        if let Some(rc) = manual_run_ipam() {
+            return rc;
+        }
+        // No delegation-loop guard: the IPAM plugin never runs the plugin's logic nor
+        // execs anything, so it cannot recurse (see `crate::ipam_plugin`).
+        return serve(crate::ipam_plugin::run, false);
+    }
     if let Some(rc) = manual_run() {
         return rc;
     }
+    serve(run, true)
+}
+
+/// Reads stdin (at most [`MAX_STDIN`]), runs `verb` on it with panics caught, prints
+/// its result or error; with `guard`, first the delegation-loop check
+/// ([`delegation_loop`]). Returns the exit code.
+fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: bool) -> i32 {
     std::panic::set_hook(Box::new(|info| {
         crate::logging::emergency(&format!("panic: {info}"))
     }));
@@ -273,7 +333,7 @@ pub fn main() -> i32 {
         emit(&CniError::new(code::IO_FAILURE, format!("reading stdin: {e}")).to_json(&version));
         return 1;
     }
-    match delegation_loop() {
+    match delegation_loop().filter(|_| guard) {
         Some(Ok(())) => return 0,
         Some(Err(e)) => {
             emit(&e.to_json(&version));
@@ -282,7 +342,7 @@ pub fn main() -> i32 {
         None => {}
     }
     // A panic's message goes to the log (the hook above) and the panic becomes code 100 here.
-    let result = std::panic::catch_unwind(|| run(&stdin));
+    let result = std::panic::catch_unwind(|| verb(&stdin));
     match result {
         Ok(Ok(Some(v))) => {
             emit(&v);

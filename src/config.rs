@@ -367,7 +367,7 @@ fn parse_pkey(s: &str) -> Result<u16, CniError> {
     })
 }
 
-fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
+pub(crate) fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
     Ok(match s.to_ascii_lowercase().as_str() {
         "off" | "none" => log::LevelFilter::Off,
         "error" | "panic" | "fatal" => log::LevelFilter::Error,

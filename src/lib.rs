@@ -17,6 +17,7 @@ pub mod failpoint;
 pub mod fsutil;
 pub mod gocache;
 pub mod ipam;
+pub mod ipam_plugin;
 pub mod journal;
 pub mod logging;
 pub mod netlink;

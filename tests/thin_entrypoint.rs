@@ -230,10 +230,83 @@ fn copies_byte_identical_with_mode_0755_and_the_copy_answers_version() {
     let dst = dir.join("ib-sriov");
     assert_eq!(fs::read(&dst).unwrap(), fs::read(plugin()).unwrap());
     assert_eq!(fs::metadata(&dst).unwrap().mode() & 0o7777, 0o755);
-    assert_eq!(names(&dir), ["ib-sriov"]);
+    assert_eq!(names(&dir), ["ib-sriov", "ib-sriov-ipam"]);
     assert!(version_of(&dst).contains(&"1.0.0".to_string()));
+    // The IPAM plugin: a second copy, not a link, that runs as the IPAM plugin under
+    // its name.
+    let ipam = dir.join("ib-sriov-ipam");
+    assert_eq!(fs::read(&ipam).unwrap(), fs::read(plugin()).unwrap());
+    let (m, d) = (
+        fs::symlink_metadata(&ipam).unwrap(),
+        fs::metadata(&dst).unwrap(),
+    );
+    assert!(m.file_type().is_file(), "a regular file, not a symlink");
+    assert_eq!(m.mode() & 0o7777, 0o755);
+    assert_eq!(m.nlink(), 1, "not a hard link");
+    assert_ne!(m.ino(), d.ino());
+    assert!(version_of(&ipam).contains(&"1.1.0".to_string()));
+    let v = Command::new(&ipam).arg("--version").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&v.stdout).starts_with("ib-sriov-ipam version:"),
+        "{v:?}"
+    );
     let err = stderr(&out);
-    assert!(err.contains("Successfully copied"), "{err}");
+    assert!(
+        err.contains("Successfully copied IB SR-IOV CNI binary"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Successfully copied its IPAM plugin to {ipam:?}")),
+        "{err}"
+    );
+}
+
+/// A rollback to the Go plugin replaces `ib-sriov` only (upstream's entrypoint writes
+/// that one name): `ib-sriov-ipam`, a copy, stays what it was and still runs as the IPAM
+/// plugin. A reinstall replaces an existing `ib-sriov-ipam` (by rename), and a
+/// destination that cannot be replaced fails the run, naming it, after `ib-sriov` was
+/// installed.
+#[test]
+fn the_ipam_copy_is_independent_of_ib_sriov_and_replaced_on_reinstall() {
+    let tmp = tempdir();
+    let dir = bin_dir(tmp.path());
+    let ipam = dir.join("ib-sriov-ipam");
+    fs::write(&ipam, b"older ipam").unwrap();
+    let out = install(&dir, &plugin());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(fs::read(&ipam).unwrap(), fs::read(plugin()).unwrap());
+    // What the Go entrypoint does on a rollback: a new ib-sriov by rename.
+    let go = dir.join("ib-sriov.temp");
+    fs::write(&go, "#!/bin/sh\necho go plugin\n").unwrap();
+    fs::rename(&go, dir.join("ib-sriov")).unwrap();
+    assert_eq!(fs::read(&ipam).unwrap(), fs::read(plugin()).unwrap());
+    let v = Command::new(&ipam).arg("--version").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&v.stdout).starts_with("ib-sriov-ipam version:"),
+        "{v:?}"
+    );
+    // ib-sriov-ipam a directory: rename fails (EISDIR); ib-sriov was installed.
+    let second = tmp.path().join("second");
+    fs::create_dir(&second).unwrap();
+    let dir2 = bin_dir(&second);
+    fs::create_dir_all(dir2.join("ib-sriov-ipam").join("x")).unwrap();
+    let out = install(&dir2, &plugin());
+    assert_failed(
+        &out,
+        &[
+            "failed to copy binary",
+            &format!("{:?}", dir2.join("ib-sriov-ipam")),
+        ],
+    );
+    assert_eq!(
+        fs::read(dir2.join("ib-sriov")).unwrap(),
+        fs::read(plugin()).unwrap()
+    );
+    assert_eq!(
+        names(&dir2),
+        ["ib-sriov", "ib-sriov-ipam"],
+        "no temp file left"
+    );
 }
 
 #[test]
@@ -296,7 +369,7 @@ fn replacement_is_atomic_for_a_concurrent_reader() {
     let reads = reader.join().expect("the reader saw a partial file");
     assert!(reads >= RUNS, "the reader read only {reads} times");
     assert_eq!(fs::read(&dst).unwrap(), versions[(RUNS - 1) % 2]);
-    assert_eq!(names(&dir), ["ib-sriov"]);
+    assert_eq!(names(&dir), ["ib-sriov", "ib-sriov-ipam"]);
 }
 
 #[test]
@@ -412,8 +485,8 @@ fn exits_0_on(sig: Signal) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let dst = dir.join("ib-sriov");
-    wait_for("the copy", Duration::from_secs(60), || dst.exists());
+    let dst = dir.join("ib-sriov-ipam");
+    wait_for("the copies", Duration::from_secs(60), || dst.exists());
     // Still sleeping: the copy being in place does not end it.
     std::thread::sleep(Duration::from_millis(200));
     assert!(
@@ -472,8 +545,8 @@ fn sigterm_ends_the_sleep_as_pid_1_of_a_pid_namespace() {
             .map_or(0, |p| p.parse().unwrap());
         pid != 0
     });
-    let dst = dir.join("ib-sriov");
-    wait_for("the copy", Duration::from_secs(60), || dst.exists());
+    let dst = dir.join("ib-sriov-ipam");
+    wait_for("the copies", Duration::from_secs(60), || dst.exists());
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(
         status

@@ -18,6 +18,16 @@
 //!   `-no-sleep`; errors are `Error: ...` on stderr with exit status 1.
 //!
 //! Deliberate differences from upstream:
+//! - a second copy of the same source is installed as `<dir>/ib-sriov-ipam` (after
+//!   `<dir>/ib-sriov`, the same way: temp file, VERSION check, rename, directory fsync):
+//!   the executable started under that name is the built-in allocator as an IPAM plugin
+//!   of its own, which the Go ib-sriov-cni execs after a rollback for NADs with
+//!   `"ipam": {"type": "ib-sriov-ipam"}`. A copy rather than a link: a symlink to
+//!   `ib-sriov` (or a hard link re-made by a later install) would follow `ib-sriov` when
+//!   a rollback's Go entrypoint replaces it, and then run the Go plugin as the IPAM
+//!   plugin; a copy is independent of what `ib-sriov` becomes, and each name is replaced
+//!   atomically and checked on its own. Its VERSION check runs it under the name
+//!   `ib-sriov-ipam` (argv[0]), as a runtime will;
 //! - the temp file is `.ib-sriov.tmp.<pid>.<n>`, created with O_EXCL (upstream truncates a
 //!   fixed `ib-sriov.temp`, which two writers sharing the directory would both write);
 //! - the copy gets mode 0755 (upstream copies the source's mode): a CNI plugin must be
@@ -48,6 +58,9 @@ const DEFAULT_CNI_BIN_DIR: &str = "/host/opt/cni/bin";
 const DEFAULT_BIN_FILE: &str = "/usr/bin/ib-sriov";
 /// The name of the installed plugin in the CNI bin directory (upstream's `copyBinary`).
 const DEST_NAME: &str = "ib-sriov";
+/// The name of the installed IPAM plugin (the same executable: it dispatches on its
+/// file name).
+const IPAM_DEST_NAME: &str = "ib-sriov-ipam";
 /// Mode of the installed plugin.
 const DEST_MODE: u32 = 0o755;
 /// How long the installed copy may take to answer `CNI_COMMAND=VERSION`.
@@ -264,12 +277,17 @@ fn install_atomic(
 }
 
 /// Runs `bin` as a CNI runtime runs a plugin for VERSION (CNI SPEC.md, "VERSION"): a
-/// clean environment with only `CNI_COMMAND=VERSION`, `{"cniVersion":"1.0.0"}` on stdin.
+/// clean environment with only `CNI_COMMAND=VERSION`, `{"cniVersion":"1.0.0"}` on stdin,
+/// and `argv0` as its argv[0] (the name it will be installed under) when given.
 /// Returns the `supportedVersions` it prints. Errors: it cannot be executed (ENOENT,
 /// EACCES on a noexec mount, ENOEXEC), it does not exit 0 within `timeout` (then it is
 /// killed), or its stdout is not a JSON object with a `supportedVersions` array.
-fn check_version(bin: &Path, timeout: Duration) -> Result<Vec<String>> {
-    let mut child = Command::new(bin)
+fn check_version(bin: &Path, argv0: Option<&str>, timeout: Duration) -> Result<Vec<String>> {
+    let mut cmd = Command::new(bin);
+    if let Some(a) = argv0 {
+        std::os::unix::process::CommandExt::arg0(&mut cmd, a);
+    }
+    let mut child = cmd
         .env_clear()
         .env("CNI_COMMAND", "VERSION")
         .stdin(Stdio::piped())
@@ -322,14 +340,22 @@ fn check_version(bin: &Path, timeout: Duration) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Checks, installs and verifies, as upstream's `verifyPaths` then `copyBinary`.
+/// Checks, installs and verifies, as upstream's `verifyPaths` then `copyBinary`; then
+/// installs the same source as [`IPAM_DEST_NAME`] (see the module's documentation).
 fn install(opts: &Options) -> Result<()> {
     verify_paths(&opts.cni_bin_dir, &opts.bin_file)?;
-    let dst = opts.cni_bin_dir.join(DEST_NAME);
+    install_one(opts, DEST_NAME, "IB SR-IOV CNI binary")?;
+    install_one(opts, IPAM_DEST_NAME, "its IPAM plugin")
+}
+
+/// Installs `opts.bin_file` as `<cni_bin_dir>/<name>`, checked with VERSION under
+/// `name` before the rename.
+fn install_one(opts: &Options, name: &str, what: &str) -> Result<()> {
+    let dst = opts.cni_bin_dir.join(name);
     eprintln!("Copying {:?} to {dst:?}", opts.bin_file);
     let mut versions = Vec::new();
-    install_atomic(&opts.bin_file, &opts.cni_bin_dir, DEST_NAME, |tmp| {
-        versions = check_version(tmp, VERSION_TIMEOUT).with_context(|| {
+    install_atomic(&opts.bin_file, &opts.cni_bin_dir, name, |tmp| {
+        versions = check_version(tmp, Some(name), VERSION_TIMEOUT).with_context(|| {
             format!(
                 "the copy of {:?} does not answer CNI_COMMAND=VERSION",
                 opts.bin_file
@@ -337,9 +363,9 @@ fn install(opts: &Options) -> Result<()> {
         })?;
         Ok(())
     })
-    .context("failed to copy binary")?;
+    .with_context(|| format!("failed to copy binary to {dst:?}"))?;
     eprintln!(
-        "Successfully copied IB SR-IOV CNI binary to {dst:?} (answers VERSION: {})",
+        "Successfully copied {what} to {dst:?} (answers VERSION: {})",
         versions.join(", ")
     );
     Ok(())
@@ -667,7 +693,7 @@ read -r line; [ "$line" = '{"cniVersion":"1.0.0"}' ] || exit 4
 echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         );
         assert_eq!(
-            check_version(&ok, VERSION_TIMEOUT).unwrap(),
+            check_version(&ok, None, VERSION_TIMEOUT).unwrap(),
             ["0.4.0", "1.0.0"]
         );
     }
@@ -687,12 +713,15 @@ echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         ];
         for (name, body, want) in cases {
             let p = script(d.path(), name, body);
-            let e = format!("{:#}", check_version(&p, VERSION_TIMEOUT).unwrap_err());
+            let e = format!(
+                "{:#}",
+                check_version(&p, None, VERSION_TIMEOUT).unwrap_err()
+            );
             assert!(e.contains(want), "{name}: {e}");
         }
         let e = format!(
             "{:#}",
-            check_version(&d.path().join("absent"), VERSION_TIMEOUT).unwrap_err()
+            check_version(&d.path().join("absent"), None, VERSION_TIMEOUT).unwrap_err()
         );
         assert!(
             e.contains("cannot run") && e.contains("No such file"),
@@ -701,7 +730,7 @@ echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         let data = d.path().join("data");
         fs::write(&data, b"\x00\x01 not a program").unwrap();
         fs::set_permissions(&data, fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(check_version(&data, VERSION_TIMEOUT).is_err());
+        assert!(check_version(&data, None, VERSION_TIMEOUT).is_err());
     }
 
     #[test]
@@ -712,7 +741,7 @@ echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         let t = Instant::now();
         let e = format!(
             "{:#}",
-            check_version(&p, Duration::from_millis(300)).unwrap_err()
+            check_version(&p, None, Duration::from_millis(300)).unwrap_err()
         );
         assert!(e.contains("no answer within 300ms"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
