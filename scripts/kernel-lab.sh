@@ -6,7 +6,13 @@
 # tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
 # real kernel's rtnetlink and RDMA netlink, one test per row of the printed table, with
 # systemd-udevd running as on a real node; then it rebinds both VFs to the mlx5-shaped test driver
-# tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs).
+# tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs). Third, a PF
+# as big as a GPU node's: QEMU's emulated NVMe controller with SR-IOV (127 VFs, behind a
+# second PCIe root port, ARI), every VF bound to ibvf, for the cases of
+# tests/real_kernel/big_pf.rs (rows `ib::big_pf::*`: the last VF's state restored, also
+# with the VF table read from a link dump; the whole 127-VF table; a rebind storm of
+# multi-rail pods; ADD+DEL cost by VF index) and some phase-2 cases again (rows
+# `<test> @big-pf`).
 #
 #   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
 #                                      failure, on zero tests run, or when the guest did
@@ -17,6 +23,13 @@
 #                                      the InfiniBand cases N times in a row (rows named
 #                                      `<test> #k`), with M busy loops (`yes >/dev/null`)
 #                                      keeping the guest's CPUs busy beside them
+#                                      (phases 1 and 2; phase 3 runs once)
+#   LAB_BIG_VFS=N (default 127, at most 127; 0: no big PF), LAB_BIG_IB=REGEX (the phase-2
+#   IB cases run again on the big PF, see BIG_IB; empty: none), LAB_STORM=PxR (the
+#   storm's pods and rails per pod, default 8x2)
+#                                      phase 3; it runs when LAB_FILTER selects one of
+#                                      its `ib::big_pf::` cases; LAB_BIG_IB is not
+#                                      filtered by LAB_FILTER
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
@@ -34,6 +47,10 @@ cd "$(dirname "$0")/.."
 LAB_DIR="${IB_SRIOV_LAB_DIR:-/var/lib/ib-sriov-lab}"
 VIRTME_NG_VERSION=1.42
 NUM_VFS=2
+# Phase 3: the big PF's VF count (LAB_BIG_VFS; 0: no big PF) and the phase-2 IB cases
+# that run again on it (LAB_BIG_IB, a regex; empty: none).
+BIG_VFS=127
+BIG_IB='^ib::(ib_add_check_del_del_with_rdma_in_the_pod|ib_doctor_before_during_and_after_an_attachment|ib_zero_guid_vf_gets_the_derived_guid_and_keeps_it)$'
 
 # ---------------------------------------------------------------------------- guest
 if [[ "${1:-}" == --guest ]]; then
@@ -43,6 +60,9 @@ if [[ "${1:-}" == --guest ]]; then
     filter="${5:-}"
     repeat="${6:-1}"
     load="${7:-0}"
+    big_vfs="${8:-0}"
+    big_ib="${9:-}"
+    storm="${10:-}"
     results="$out/results.tsv"
     : >"$results"
     exec >"$out/guest.log" 2>&1
@@ -116,7 +136,7 @@ if [[ "${1:-}" == --guest ]]; then
     export LAB_PF="$pf" LAB_PF_NETDEV="$pf_netdev" LAB_VF_DRIVER="$vf_driver"
     LAB_VFS="$(IFS=,; echo "${vfs[*]}")" LAB_VF_NETDEVS="$(IFS=,; echo "${vf_netdevs[*]}")"
     export LAB_VFS LAB_VF_NETDEVS
-    export LAB_LIBCNI_DRIVER="$out/libcni-driver" RUST_BACKTRACE=1
+    export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_PLUGIN_BIN="${testbin%/*}/ib-sriov" RUST_BACKTRACE=1
     ip -d link show
     ls -l "$pfdir"/ "$pfdir"/virtfn*/
 
@@ -144,18 +164,25 @@ if [[ "${1:-}" == --guest ]]; then
             ip netns list | awk '{ print $1 }' | xargs -r -n1 ip netns del || true
         done
     }
-    # Every VF bound to driver $1 with netdev name ${names[i]} ($2: the array's name).
+    # The netdev name under $1/net/ (one glob, no process: the big PF has 127 VFs),
+    # empty when there is none.
+    netdev_of() {
+        local d=("$1"/net/*)
+        if [[ -e "${d[0]}" ]]; then echo "${d[0]##*/}"; fi
+    }
+    # Every VF of PF directory $2 (PCI addresses in the array named $3) bound to driver
+    # $1 with netdev name ${names[i]} ($4: the array's name).
     restore_vfs() {
-        local drv="$1" i n
-        local -n names="$2"
-        for ((i = 0; i < NUM_VFS; i++)); do
-            if [[ -z "$(readlink "$pfdir/virtfn$i/driver")" ]]; then
-                echo "lab: rebinding ${vfs[i]} to $drv"
-                echo "${vfs[i]}" >"/sys/bus/pci/drivers/$drv/bind" || true
+        local drv="$1" dir="$2" i k n
+        local -n addrs="$3" names="$4"
+        for ((i = 0; i < ${#addrs[@]}; i++)); do
+            if [[ ! -e "$dir/virtfn$i/driver" ]]; then
+                echo "lab: rebinding ${addrs[i]} to $drv"
+                echo "${addrs[i]}" >"/sys/bus/pci/drivers/$drv/bind" || true
             fi
             n=""
-            for _ in $(seq 100); do
-                n="$(ls "$pfdir/virtfn$i/net" 2>/dev/null || true)"
+            for ((k = 0; k < 100; k++)); do
+                n="$(netdev_of "$dir/virtfn$i")"
                 [[ -n "$n" ]] && break
                 sleep 0.1
             done
@@ -167,14 +194,22 @@ if [[ "${1:-}" == --guest ]]; then
     }
     restore_igbvf() {
         udevadm settle --timeout=30 || true
-        restore_vfs "$vf_driver" vf_netdevs
+        restore_vfs "$vf_driver" "$pfdir" vfs vf_netdevs
     }
     restore_ibvf() {
         echo 0 >/sys/module/ibvf/parameters/no_refund || true
         echo "---- kernel log of $1"
         dmesg -c | grep -v 'audit:' || true
         udevadm settle --timeout=120 || true
-        restore_vfs ibvf ib_netdevs
+        restore_vfs ibvf "$pfdir" vfs ib_netdevs
+    }
+    restore_big() {
+        echo 0 >/sys/module/ibvf/parameters/no_refund || true
+        echo 0 >/sys/module/ibvf/parameters/probe_delay_ms || true
+        echo "---- kernel log of $1"
+        dmesg -c | grep -v 'audit:' || true
+        udevadm settle --timeout=120 || true
+        restore_vfs ibvf "$bigdir" big_vfs_list big_netdevs
     }
 
     mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p' |
@@ -182,11 +217,12 @@ if [[ "${1:-}" == --guest ]]; then
     # Phase 1, igbvf: the RDMA netns-mode round trip first (the kernel
     # refuses a mode change while any other network namespace exists, and the other
     # tests create and delete pod namespaces), then the rest as listed, but the IB cases.
-    ordered=() ib_tests=()
+    ordered=() ib_tests=() big_tests=()
     for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] && ordered+=("$t"); done
     for t in "${all[@]}"; do
         case "$t" in
         rdma_netns_mode*) ;;
+        ib::big_pf::*) big_tests+=("$t") ;;
         ib::*) ib_tests+=("$t") ;;
         *) ordered+=("$t") ;;
         esac
@@ -233,6 +269,75 @@ if [[ "${1:-}" == --guest ]]; then
             run_tests restore_ibvf "${ib_tests[@]}"
         fi
         ((${#load_pids[@]} == 0)) || kill "${load_pids[@]}" || true
+    fi
+
+    # Phase 3, a PF as big as a GPU node's (tests/real_kernel/big_pf.rs): ibvf moves from
+    # the igb PF (left with its VFs unbound) to QEMU's emulated NVMe PF, whose VFs (as many
+    # as $big_vfs) are all bound to ibvf through driver_override. The NVMe function keeps
+    # its nvme driver; it has no netdev but ibvf's ibpf0. Then the big-PF cases, and the
+    # IB cases of phase 2 that match $big_ib (rows `<test> @big-pf`).
+    if ((${#big_tests[@]})) && ((big_vfs > 0)); then
+        t3=$(date +%s.%N)
+        [[ -f "$kmod_dir/ibvf.ko" ]] || setup_fail "no $kmod_dir/ibvf.ko"
+        udevadm control --ping || setup_fail "systemd-udevd is not running"
+        if [[ -e /sys/module/ibvf ]]; then rmmod ibvf || setup_fail "rmmod ibvf"; fi
+        modprobe nvme || setup_fail "modprobe nvme"
+        bigpf=""
+        for d in /sys/bus/pci/drivers/nvme/0000:*; do
+            [[ -e "$d/sriov_totalvfs" ]] && bigpf="${d##*/}" && break
+        done
+        [[ -n "$bigpf" ]] || setup_fail "no nvme SR-IOV PF in the guest"
+        bigdir="/sys/bus/pci/devices/$bigpf"
+        (($(<"$bigdir/sriov_totalvfs") >= big_vfs)) || setup_fail "$bigpf has only $(<"$bigdir/sriov_totalvfs") VFs"
+        # Else nvme probes every VF (it fails: a QEMU NVMe VF has no queue resources
+        # until the PF assigns them).
+        echo 0 >"$bigdir/sriov_drivers_autoprobe" || setup_fail "sriov_drivers_autoprobe of $bigpf"
+        echo "$big_vfs" >"$bigdir/sriov_numvfs" || setup_fail "echo $big_vfs > $bigdir/sriov_numvfs"
+        mapfile -t big_vfs_list < <(for ((i = 0; i < big_vfs; i++)); do echo "$bigdir/virtfn$i"; done |
+            xargs readlink)
+        big_vfs_list=("${big_vfs_list[@]##*/}")
+        ((${#big_vfs_list[@]} == big_vfs)) || setup_fail "$bigpf lists ${#big_vfs_list[@]} of $big_vfs VFs"
+        # driver_override first: registering the driver (insmod) then binds every VF.
+        for ((i = 0; i < big_vfs; i++)); do
+            echo ibvf >"$bigdir/virtfn$i/driver_override" || setup_fail "driver_override of ${big_vfs_list[i]}"
+        done
+        insmod "$kmod_dir/ibvf.ko" pf="$bigpf" || setup_fail "insmod ibvf.ko pf=$bigpf"
+        for ((i = 0; i < big_vfs; i++)); do
+            [[ "$bigdir/virtfn$i/driver" -ef /sys/bus/pci/drivers/ibvf ]] ||
+                echo "${big_vfs_list[i]}" >/sys/bus/pci/drivers_probe || true
+            [[ "$bigdir/virtfn$i/driver" -ef /sys/bus/pci/drivers/ibvf ]] || setup_fail "${big_vfs_list[i]} not bound to ibvf"
+        done
+        t3b=$(date +%s.%N)
+        udevadm settle --timeout=600 || true
+        big_netdevs=() big_rdma=()
+        for ((i = 0; i < big_vfs; i++)); do
+            n="$(netdev_of "$bigdir/virtfn$i")"
+            [[ -n "$n" ]] || setup_fail "VF ${big_vfs_list[i]} has no IPoIB netdev"
+            r=("$bigdir/virtfn$i/infiniband/"*)
+            [[ -e "${r[0]}" ]] || setup_fail "VF ${big_vfs_list[i]} has no RDMA device"
+            big_netdevs+=("$n") big_rdma+=("${r[0]##*/}")
+        done
+        secs=$(awk -v s="$t3" -v b="$t3b" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f s (binding %.1f s, udev %.1f s)", e - s, b - s, e - b }')
+        row PASS "setup: big PF $bigpf (nvme) with $big_vfs VFs ${big_vfs_list[0]}..${big_vfs_list[big_vfs - 1]} on ibvf: IPoIB ${big_netdevs[0]}..${big_netdevs[big_vfs - 1]}, RDMA ${big_rdma[0]}..${big_rdma[big_vfs - 1]}, PF netdev ibpf0; $secs" 0
+        ip -d link show ibpf0 >"$out/big-pf-ibpf0.txt" || true
+        rdma dev >"$out/big-pf-rdma.txt" || true
+        dmesg -c >/dev/null || true
+        export LAB_PF="$bigpf" LAB_PF_NETDEV=ibpf0 LAB_VF_DRIVER=ibvf LAB_IB=1 LAB_BIG=1
+        LAB_VFS="$(IFS=,; echo "${big_vfs_list[*]}")" LAB_VF_NETDEVS="$(IFS=,; echo "${big_netdevs[*]}")"
+        export LAB_VFS LAB_VF_NETDEVS
+        [[ -z "$storm" ]] || export LAB_STORM="$storm"
+        run_label=""
+        run_tests restore_big "${big_tests[@]}"
+        again=()
+        if [[ -n "$big_ib" ]]; then
+            mapfile -t again < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p' |
+                grep '^ib::' | grep -v '^ib::big_pf::' | grep -E -- "$big_ib")
+        fi
+        if ((${#again[@]})); then
+            run_label=" @big-pf"
+            run_tests restore_big "${again[@]}"
+            run_label=""
+        fi
     fi
     touch "$out/done"
     exit 0
@@ -320,15 +425,32 @@ echo "kernel-lab: installs done in $((t_install - t0)) s (kernel $kver, qemu $(q
 # 2. Builds, on the host (the guest sees the host's filesystem read-only).
 mkdir -p target/kernel-lab
 out="$(mktemp -d "$PWD/target/kernel-lab/run.XXXXXX")"
-testbin="$(cargo test --features failpoints --test real_kernel --no-run --message-format=json 2>"$out/build.log" |
+# The tree under test (others may be changing it): its commit and what differs in src/.
+{ git log --oneline -1 && git status --short src; } >"$out/tree.txt" 2>&1 || true
+bins="$(cargo test --features failpoints --test real_kernel --no-run --message-format=json 2>"$out/build.log" |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "real_kernel" and m.get("executable"):
-        print(m["executable"])')" || true
-if [[ -z "$testbin" || ! -x "$testbin" ]]; then
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] in ("real_kernel", "ib-sriov") and m.get("executable"):
+        print(m["target"]["name"], m["executable"])')" || true
+# The guest runs copies, which no build on the host (other work in the same tree
+# rebuilds target/debug/ib-sriov in place) can change meanwhile. Not in the run directory:
+# the guest mounts that read-write without a page cache (9p), so every exec of the
+# plugin would read its 60 MB again (0.3-0.8 s of the guest's CPU each); the guest sees
+# the rest of the host's root read-only, cached.
+bindir="$LAB_DIR/bin/${out##*/}"
+mkdir -p "$bindir"
+trap 'rm -rf "$bindir"' EXIT
+testbin="" plugin_bin=""
+while read -r name exe; do
+    case "$name" in
+    real_kernel) cp "$exe" "$bindir/real_kernel" && testbin="$bindir/real_kernel" ;;
+    ib-sriov) cp "$exe" "$bindir/ib-sriov" && plugin_bin="$bindir/ib-sriov" ;;
+    esac
+done <<<"$bins"
+if [[ -z "$testbin" || ! -x "$testbin" || -z "$plugin_bin" ]] || ! "$plugin_bin" --version >/dev/null; then
     cat "$out/build.log" >&2
-    echo "kernel-lab: building tests/real_kernel.rs failed" >&2
+    echo "kernel-lab: building tests/real_kernel.rs and the plugin failed" >&2
     exit 1
 fi
 tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
@@ -352,11 +474,25 @@ echo "kernel-lab: builds done in $((t_build - t_install)) s"
 # 3. Boot the guest and run the tests. vng's own exit status is not the script's (no
 # virtio-serial script channel under TCG here), so only the files the guest writes count.
 status=0
+big_vfs="${LAB_BIG_VFS:-$BIG_VFS}"
+[[ "$big_vfs" =~ ^[0-9]+$ ]] && ((big_vfs <= 127)) || { echo "kernel-lab: LAB_BIG_VFS=$big_vfs: 0 to 127 (QEMU's NVMe has at most 127 VFs)" >&2; exit 1; }
+qemu_opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1'
 guest_limit=$((1200 + 900 * (${LAB_REPEAT:-1} - 1)))
+if ((big_vfs > 0)); then
+    # The big PF: QEMU's NVMe controller with SR-IOV behind a second PCIe root port (its
+    # VFs get ARI routing IDs 01..7f on the port's bus). QEMU requires flexible queue
+    # (>= 2 per VF) and interrupt (>= 1 per VF) resources for the VFs, with at least 2
+    # queue pairs and 1 MSI-X vector left to the PF (hw/nvme/ctrl.c nvme_check_params()).
+    qemu_opts+=" -device pcie-root-port,id=rp2,slot=2 -device nvme-subsys,id=nvsub0"
+    qemu_opts+=" -device nvme,bus=rp2,serial=ibvflab0,subsys=nvsub0,sriov_max_vfs=$big_vfs"
+    qemu_opts+=",sriov_vq_flexible=$((2 * big_vfs)),sriov_vi_flexible=$big_vfs"
+    qemu_opts+=",max_ioqpairs=$((2 * big_vfs + 2)),msix_qsize=$((big_vfs + 1))"
+    guest_limit=$((guest_limit + 900))
+fi
 timeout "$guest_limit" vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
     --rwdir="$out" \
-    --qemu-opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1' \
-    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}") ${LAB_REPEAT:-1} ${LAB_LOAD:-0}" \
+    --qemu-opts="$qemu_opts" \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}") ${LAB_REPEAT:-1} ${LAB_LOAD:-0} $big_vfs $(printf %q "${LAB_BIG_IB-$BIG_IB}") $(printf %q "${LAB_STORM:-}")" \
     </dev/null >"$out/console.log" 2>&1 || status=$?
 t_guest=$(date +%s)
 echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"
@@ -376,15 +512,15 @@ while IFS=$'\t' read -r res name secs; do
     [[ "$name" == setup:* ]] || ntests=$((ntests + 1))
 done <"$out/results.tsv" 2>/dev/null || true
 echo
-for f in "$out"/tests/*.log; do
+# A row `<test><label>` (label ` #k` of a repeated run, ` @big-pf` of phase 3) has its
+# log in `<test><label without spaces>.log`.
+while IFS=$'\t' read -r res name _; do
+    [[ "$res" == FAIL && "$name" != setup:* ]] || continue
+    f="$out/tests/${name// /}.log"
     [[ -f "$f" ]] || continue
-    t="$(basename "$f" .log)"
-    # A repeated run's log is `<test>#k.log`, its row `<test> #k`.
-    if grep -q "^FAIL"$'\t'"${t/\#/ #}"$'\t' "$out/results.tsv"; then
-        echo "---- $t (failed) ----"
-        tail -n 60 "$f"
-    fi
-done
+    echo "---- $name (failed) ----"
+    tail -n 60 "$f"
+done <"$out/results.tsv" 2>/dev/null || true
 if ((ntests == 0)); then
     echo "kernel-lab: no real-kernel test ran" >&2
     fail=$((fail + 1))

@@ -30,7 +30,16 @@ use std::time::{Duration, Instant};
 #[path = "real_kernel/ib.rs"]
 mod ib;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ib-sriov");
+/// The plugin binary under test: `LAB_PLUGIN_BIN` when set (scripts/kernel-lab.sh copies
+/// the binary it built into its run directory, so no rebuild on the host replaces it
+/// while the guest runs), else the one cargo built for these tests.
+fn bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("LAB_PLUGIN_BIN") {
+        Ok(p) if !p.is_empty() => p,
+        _ => env!("CARGO_BIN_EXE_ib-sriov").to_string(),
+    })
+}
 const NET: &str = "labnet";
 const IFNAME: &str = "net1";
 
@@ -257,6 +266,8 @@ impl Run {
 struct Plugin {
     dir: tempfile::TempDir,
     added: std::sync::Mutex<Vec<(String, String, Value, String)>>,
+    /// Extra environment of every invocation (e.g. `IB_SRIOV_FAILPOINTS`).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Plugin {
@@ -270,12 +281,21 @@ impl Drop for Plugin {
 
 impl Plugin {
     fn new() -> Plugin {
+        Plugin::with_env(&[])
+    }
+
+    /// A plugin whose every invocation (the DELs on drop too) also gets `env`.
+    fn with_env(env: &[(&str, &str)]) -> Plugin {
         Plugin {
             dir: tempfile::Builder::new()
                 .prefix("ib-sriov-lab-")
                 .tempdir()
                 .unwrap(),
             added: Default::default(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -322,19 +342,20 @@ impl Plugin {
                 ifname.to_string(),
             ));
         }
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(bin());
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", cmd)
             .env("CNI_CONTAINERID", cid)
             .env("CNI_IFNAME", ifname)
-            .env("CNI_PATH", Path::new(BIN).parent().unwrap())
+            .env("CNI_PATH", Path::new(bin()).parent().unwrap())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if !netns.is_empty() {
             c.env("CNI_NETNS", netns);
         }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = c.spawn().expect("spawn plugin");
         child
             .stdin
@@ -1177,7 +1198,7 @@ fn libcni_add_check_del_same_as_direct() {
         let out = run(Command::new(&driver)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("CNI_PATH", Path::new(BIN).parent().unwrap())
+            .env("CNI_PATH", Path::new(bin()).parent().unwrap())
             .env("LIBCNI_CACHE_DIR", &cache)
             .args([
                 cmd,

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ibvf: a test-only driver set for the ib-sriov real-kernel lab (scripts/kernel-lab.sh)
- * that makes the guest's igb VFs look like ConnectX (mlx5) InfiniBand VFs to everything
- * the plugin touches. Never part of the plugin.
+ * that makes the guest's igb VFs (and the VFs of its emulated NVMe PF) look like ConnectX
+ * (mlx5) InfiniBand VFs to everything the plugin touches. Never part of the plugin.
  *
- * PF side (module parameter `pf`, the igb SR-IOV PF's PCI address): one
+ * PF side (module parameter `pf`, the SR-IOV PF's PCI address): one
  * ARPHRD_INFINIBAND netdev "ibpf0" parented to the PF, so rtnetlink's
  * IFLA_VFINFO_LIST / IFLA_VF_IB_{NODE,PORT}_GUID / IFLA_VF_LINK_STATE reach the ops
  * below (do_setvfinfo() in net/core/rtnetlink.c accepts GUIDs on InfiniBand devices
@@ -54,6 +54,17 @@
  * a rebind, and ndo_get_vf_guid reports zero for it, as mlx5 does for a VF whose GUID
  * nobody assigned. A GUID set over netlink gives it a GUID again (at its next probe).
  * An index the PF has no VF for is refused with EINVAL.
+ *
+ * The module parameter `probe_delay_ms` (writable at run time:
+ * /sys/module/ibvf/parameters/probe_delay_ms; default 0; read at each probe) makes
+ * every VF probe sleep that long before it reads the VF's GUIDs and registers the RDMA
+ * device, with the device lock held, as mlx5's VF probe spends ~0.2-1 s initialising
+ * the function with firmware. A driver rebind then takes at least that long, which is
+ * what a storm of rebinding ADDs and DELs on a real node waits for.
+ *
+ * Up to IBVF_MAX_VFS (128) VFs per PF (the PF side keeps one state entry per VF); the
+ * lab uses it on the igb PF (2 VFs) and on an emulated NVMe PF with up to 127 VFs
+ * (scripts/kernel-lab.sh), one PF per load of the module.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -65,9 +76,10 @@
 #include <linux/rtnetlink.h>
 #include <net/rtnetlink.h>
 #include <linux/skbuff.h>
+#include <linux/delay.h>
 #include <rdma/ib_verbs.h>
 
-#define IBVF_MAX_VFS 64
+#define IBVF_MAX_VFS 128
 #define IBVF_GUID_BASE 0x506b4b0300a10000ULL
 #define IBVF_DRV_NAME "ibvf"
 
@@ -78,6 +90,10 @@ MODULE_PARM_DESC(pf, "PCI address of the SR-IOV PF whose VFs this driver may bin
 static bool no_refund;
 module_param(no_refund, bool, 0644);
 MODULE_PARM_DESC(no_refund, "IPoIB netdevs created from now on have rtnl_link_ops without netns_refund (destroyed with their netns, deletable)");
+
+static unsigned int probe_delay_ms;
+module_param(probe_delay_ms, uint, 0644);
+MODULE_PARM_DESC(probe_delay_ms, "every VF probe sleeps this long first (ms; default 0), like mlx5's VF probe");
 
 /* ------------------------------------------------------------------ PF side */
 
@@ -468,6 +484,7 @@ static struct ib_client ibvf_ipoib_client = {
 
 static int ibvf_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
+	unsigned int delay = READ_ONCE(probe_delay_ms);
 	struct ibvf_dev *v;
 	int vf, err;
 
@@ -476,6 +493,8 @@ static int ibvf_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	vf = pci_iov_vf_id(pdev);
 	if (vf < 0 || vf >= IBVF_MAX_VFS)
 		return -ENODEV;
+	if (delay)
+		msleep(delay);	/* probe_delay_ms: a slow firmware init, as mlx5's */
 	v = ib_alloc_device(ibvf_dev, ibdev);
 	if (!v)
 		return -ENOMEM;

@@ -11,6 +11,11 @@
 
 use super::*;
 
+/// The same cases and more on a PF as big as a GPU node's (the lab's third phase: an
+/// emulated NVMe PF with up to 127 VFs, all on `ibvf`).
+#[path = "big_pf.rs"]
+mod big_pf;
+
 /// `IBVF_GUID_BASE` of tests/kmod/ibvf.c: VF `n` comes up with node = port GUID base + n.
 const GUID_BASE: u64 = 0x506b_4b03_00a1_0000;
 const PF_NETDEV: &str = "ibpf0";
@@ -640,7 +645,7 @@ fn ib_no_refund_netdev_destroyed_with_netns() {
 /// the test log (README "Diagnosing a node" quotes it).
 fn doctor_json(p: &Plugin, what: &str) -> Value {
     let state = p.state().display().to_string();
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["doctor", "--state-dir", &state])
         .output()
         .unwrap();
@@ -649,7 +654,7 @@ fn doctor_json(p: &Plugin, what: &str) -> Value {
         out.status.code(),
         text(&out.stdout)
     );
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["doctor", "--json", "--state-dir", &state])
         .output()
         .unwrap();
