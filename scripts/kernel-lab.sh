@@ -475,7 +475,7 @@ echo "kernel-lab: builds done in $((t_build - t_install)) s"
 # virtio-serial script channel under TCG here), so only the files the guest writes count.
 status=0
 big_vfs="${LAB_BIG_VFS:-$BIG_VFS}"
-[[ "$big_vfs" =~ ^[0-9]+$ ]] && ((big_vfs <= 127)) || { echo "kernel-lab: LAB_BIG_VFS=$big_vfs: 0 to 127 (QEMU's NVMe has at most 127 VFs)" >&2; exit 1; }
+[[ "$big_vfs" =~ ^[0-9]+$ ]] && ((big_vfs <= 127)) || { echo "kernel-lab: LAB_BIG_VFS=$big_vfs: 0 to 127 (a ConnectX PF's most, and what the lab was run with)" >&2; exit 1; }
 qemu_opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1'
 guest_limit=$((1200 + 900 * (${LAB_REPEAT:-1} - 1)))
 if ((big_vfs > 0)); then

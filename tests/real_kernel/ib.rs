@@ -470,7 +470,9 @@ fn ib_multi_rail_pod() {
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_parallel_adds_with_guid_changes_keep_rdma_names() {
     ib_phase();
-    let all = vfs();
+    // The first two VFs (all the igb PF has; on the big PF the others, which the PF may
+    // report with GUID zero as never set, stay out of it and in the host view).
+    let all: Vec<String> = vfs().into_iter().take(2).collect();
     let vf_before: Vec<(String, String)> = all.iter().map(|v| ib_vf_before(v)).collect();
     let before = ib_host_view();
     let p = Plugin::new();
