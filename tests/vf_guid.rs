@@ -9,27 +9,12 @@ mod common;
 use common::emuhost::{EmuOptions, PF_BDF, PF_PORT_GUID};
 use common::lab::Lab;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 
 const ZERO: &str = "00:00:00:00:00:00:00:00";
 
-/// The derivation rule as README states it, written out here on its own.
 fn derived(pf_port_guid: &str, vf: u32) -> String {
-    let pg: Vec<u8> = pf_port_guid
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16).unwrap())
-        .collect();
-    let mut h = Sha256::new();
-    h.update(b"ib-sriov/derived-vf-guid/v1");
-    h.update(&pg);
-    h.update(vf.to_be_bytes());
-    let d = h.finalize();
-    std::iter::once(0x06u8)
-        .chain(d[..7].iter().copied())
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    common::guid::derived_guid(pf_port_guid, vf)
 }
 
 fn zero_lab(vfs: u32, vfio: Vec<u32>) -> Lab {

@@ -10,7 +10,6 @@ mod common;
 use common::emuhost::PF_PORT_GUID;
 use common::lab::{bin, Lab};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 const EMSGSIZE_GET: (&str, &str) = ("IB_SRIOV_FAILPOINTS", "netlink.vf_get=errno90");
 const EMSGSIZE_BOTH: (&str, &str) = (
@@ -19,20 +18,7 @@ const EMSGSIZE_BOTH: (&str, &str) = (
 );
 
 fn derived(vf: u32) -> String {
-    let pg: Vec<u8> = PF_PORT_GUID
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16).unwrap())
-        .collect();
-    let mut h = Sha256::new();
-    h.update(b"ib-sriov/derived-vf-guid/v1");
-    h.update(&pg);
-    h.update(vf.to_be_bytes());
-    let d = h.finalize();
-    std::iter::once(0x06u8)
-        .chain(d[..7].iter().copied())
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    common::guid::derived_guid(PF_PORT_GUID, vf)
 }
 
 fn conf(lab: &Lab, vf: u32) -> Value {

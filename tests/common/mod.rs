@@ -3,5 +3,6 @@
 #![allow(dead_code)]
 
 pub mod emuhost;
+pub mod guid;
 pub mod lab;
 pub mod libcni;
