@@ -79,16 +79,7 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         Ok(c) => c,
         // DEL with a configuration ADD refuses: the journal (if any) holds ADD's.
         Err(e) if env.command == Command::Del => {
-            crate::logging::init(
-                log::LevelFilter::Info,
-                None,
-                format!("DEL {}/{}", env.container_id, env.ifname),
-                &[
-                    ("CNI_COMMAND", "DEL"),
-                    ("CNI_CONTAINERID", &env.container_id),
-                    ("CNI_IFNAME", &env.ifname),
-                ],
-            );
+            init_call_log(log::LevelFilter::Info, None, "", &env, &[]);
             hold_termination_signals();
             let r = crate::plugin::del_unparsed(&env, stdin, &e);
             if let Err(e) = &r {
@@ -99,22 +90,12 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         Err(e) => return Err(e),
     };
     let device_id = conf.device_id.map(|d| d.to_string()).unwrap_or_default();
-    crate::logging::init(
+    init_call_log(
         conf.log_level,
         conf.log_file.as_deref(),
-        format!(
-            "{} {}/{}",
-            env.command.as_str(),
-            env.container_id,
-            env.ifname
-        ),
-        &[
-            ("CNI_COMMAND", env.command.as_str()),
-            ("CNI_CONTAINERID", &env.container_id),
-            ("CNI_IFNAME", &env.ifname),
-            ("CNI_NETWORK", &conf.name),
-            ("CNI_DEVICEID", &device_id),
-        ],
+        "",
+        &env,
+        &[("CNI_NETWORK", &conf.name), ("CNI_DEVICEID", &device_id)],
     );
     for w in &conf.warnings {
         log::warn!("{w}");
@@ -159,6 +140,36 @@ pub fn hold_termination_signals() {
     }
 }
 
+/// Opens the log of one CNI call ([`crate::logging::init`]): records prefixed
+/// `<program><COMMAND> <containerID>/<ifname>` (`program` empty for ib-sriov, else the
+/// program's name and a space), journal fields `CNI_COMMAND`, `CNI_CONTAINERID`,
+/// `CNI_IFNAME` and then `extra`.
+pub(crate) fn init_call_log(
+    level: log::LevelFilter,
+    file: Option<&std::path::Path>,
+    program: &str,
+    env: &crate::cni::CniEnv,
+    extra: &[(&str, &str)],
+) {
+    let mut fields = vec![
+        ("CNI_COMMAND", env.command.as_str()),
+        ("CNI_CONTAINERID", env.container_id.as_str()),
+        ("CNI_IFNAME", env.ifname.as_str()),
+    ];
+    fields.extend_from_slice(extra);
+    crate::logging::init(
+        level,
+        file,
+        format!(
+            "{program}{} {}/{}",
+            env.command.as_str(),
+            env.container_id,
+            env.ifname
+        ),
+        &fields,
+    );
+}
+
 /// One line naming the build, in the Go plugin's format
 /// (`ib-sriov cni version:<v>, commit:<c>, date:<d>`, `printVersionString` in
 /// k8snetworkplumbingwg/ib-sriov-cni `cmd/ib-sriov-cni/main.go`, commit 543060da), so
@@ -195,24 +206,38 @@ fn manual_run() -> Option<i32> {
             .collect();
         return Some(crate::doctor::run(&rest));
     }
+    manual_args("ib-sriov", &args, version_string, USAGE)
+}
+
+/// The run by hand of [`manual_run`] and [`manual_run_ipam`], for the program `name`
+/// with `args` (argv without argv[0]): `-v`/`--version` prints `version()` on stdout,
+/// `-h`/`--help` `usage`, exit 0; any other argument: usage on stderr, exit 2; no
+/// argument and no `CNI_COMMAND`: `version()` and the supported CNI versions on stderr,
+/// exit 0. `None`: a CNI call (`version` is not called).
+fn manual_args(
+    name: &str,
+    args: &[std::ffi::OsString],
+    version: impl Fn() -> String,
+    usage: &str,
+) -> Option<i32> {
     if let Some(a) = args.first() {
         return Some(match a.to_str() {
             Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {
-                println!("{}", version_string());
+                println!("{}", version());
                 0
             }
             Some("-h" | "--h" | "-help" | "--help") if args.len() == 1 => {
-                println!("{USAGE}");
+                println!("{usage}");
                 0
             }
             _ => {
-                eprintln!("ib-sriov: unexpected arguments {args:?}\n{USAGE}");
+                eprintln!("{name}: unexpected arguments {args:?}\n{usage}");
                 2
             }
         });
     }
     if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) {
-        eprintln!("{}", version_string());
+        eprintln!("{}", version());
         eprintln!(
             "CNI protocol versions supported: {}",
             crate::cni::Version::ALL
@@ -231,40 +256,12 @@ fn manual_run() -> Option<i32> {
 /// Any other argument: usage on stderr, exit 2. `None`: a CNI call.
 fn manual_run_ipam() -> Option<i32> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let line = version_string().replacen("ib-sriov cni", crate::ipam::BUILTIN_TYPE, 1);
+    let line = || version_string().replacen("ib-sriov cni", crate::ipam::BUILTIN_TYPE, 1);
     const IPAM_USAGE: &str = "usage: ib-sriov-ipam [-v|--version|-h|--help]
 ib-sriov-ipam is a CNI IPAM plugin (ib-sriov's built-in allocator, host-local's
 configuration and store): a CNI plugin runs it with CNI_COMMAND and the other CNI_*
 variables set and the network configuration on stdin (CNI SPEC.md \"Plugin Delegation\").";
-    if let Some(a) = args.first() {
-        return Some(match a.to_str() {
-            Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {
-                println!("{line}");
-                0
-            }
-            Some("-h" | "--h" | "-help" | "--help") if args.len() == 1 => {
-                println!("{IPAM_USAGE}");
-                0
-            }
-            _ => {
-                eprintln!("ib-sriov-ipam: unexpected arguments {args:?}\n{IPAM_USAGE}");
-                2
-            }
-        });
-    }
-    if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) {
-        eprintln!("{line}");
-        eprintln!(
-            "CNI protocol versions supported: {}",
-            crate::cni::Version::ALL
-                .iter()
-                .map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        return Some(0);
-    }
-    None
+    manual_args(crate::ipam::BUILTIN_TYPE, &args, line, IPAM_USAGE)
 }
 
 /// The outcome for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,

@@ -176,21 +176,12 @@ fn init_logging(env: &CniEnv, raw: &Value) {
         .filter(|s| !s.is_empty())
         .map(PathBuf::from);
     let network = raw.get("name").and_then(Value::as_str).unwrap_or("");
-    crate::logging::init(
+    crate::cli::init_call_log(
         level,
         file.as_deref(),
-        format!(
-            "{BUILTIN_TYPE} {} {}/{}",
-            env.command.as_str(),
-            env.container_id,
-            env.ifname
-        ),
-        &[
-            ("CNI_COMMAND", env.command.as_str()),
-            ("CNI_CONTAINERID", &env.container_id),
-            ("CNI_IFNAME", &env.ifname),
-            ("CNI_NETWORK", network),
-        ],
+        &format!("{BUILTIN_TYPE} "),
+        env,
+        &[("CNI_NETWORK", network)],
     );
 }
 
@@ -338,24 +329,9 @@ fn run_conf(env: &CniEnv, conf: &IpamNetConf) -> Result<Option<Value>, CniError>
         }
         Command::Status => {
             conf.needs_1_1("STATUS")?;
-            let unavailable = |m: String| CniError::new(code::PLUGIN_NOT_AVAILABLE, m);
             let ipam = conf.ipam()?;
             validate_network_name(&conf.name).map_err(ipam_error)?;
-            crate::plugin::status::probe_writable(&ipam.data_dir().join(&conf.name))
-                .map_err(|e| unavailable(format!("IPAM store: {e}")))?;
-            let free = ipam
-                .free_counts(&conf.name)
-                .map_err(|e| unavailable(format!("IPAM store: {}", e.message())))?;
-            if let Some(i) = free.iter().position(|n| *n == 0) {
-                return Err(unavailable(format!(
-                    "IPAM address pool of network {} is exhausted: range set {i} has no free address",
-                    conf.name
-                )));
-            }
-            log::debug!(
-                "IPAM network {}: free addresses per range set {free:?}",
-                conf.name
-            );
+            crate::plugin::status::builtin_store_status(&ipam, &conf.name)?;
             Ok(None)
         }
     }

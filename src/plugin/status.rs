@@ -32,6 +32,26 @@ pub fn probe_writable(dir: &Path) -> Result<(), String> {
     r.map_err(|e| format!("{} is not writable: {e}", dir.display()))
 }
 
+/// STATUS of the built-in IPAM store of network `name` (also `ib-sriov-ipam`'s STATUS,
+/// [`crate::ipam_plugin`]): its directory `<dataDir>/<name>` is writable
+/// ([`probe_writable`]) and every range set has a free address.
+///
+/// Errors: code 50 naming the store or the exhausted range set.
+pub fn builtin_store_status(c: &crate::ipam::IpamConfig, name: &str) -> Result<(), CniError> {
+    probe_writable(&c.data_dir().join(name))
+        .map_err(|e| unavailable(format!("IPAM store: {e}")))?;
+    let free = c
+        .free_counts(name)
+        .map_err(|e| unavailable(format!("IPAM store: {}", e.message())))?;
+    if let Some(i) = free.iter().position(|n| *n == 0) {
+        return Err(unavailable(format!(
+            "IPAM address pool of network {name} is exhausted: range set {i} has no free address"
+        )));
+    }
+    log::debug!("IPAM network {name}: free addresses per range set {free:?}");
+    Ok(())
+}
+
 pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
     let conf = ctx.conf;
     if conf.cni_version < Version::V1_1_0 {
@@ -45,23 +65,7 @@ pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
     }
     probe_writable(&conf.state_dir).map_err(|e| unavailable(format!("journal directory: {e}")))?;
     match ctx.ipam().map_err(|e| unavailable(e.msg))? {
-        Some(Ipam::Builtin(c)) => {
-            probe_writable(&c.data_dir().join(&conf.name))
-                .map_err(|e| unavailable(format!("IPAM store: {e}")))?;
-            let free = c
-                .free_counts(&conf.name)
-                .map_err(|e| unavailable(format!("IPAM store: {}", e.message())))?;
-            if let Some(i) = free.iter().position(|n| *n == 0) {
-                return Err(unavailable(format!(
-                    "IPAM address pool of network {} is exhausted: range set {i} has no free address",
-                    conf.name
-                )));
-            }
-            log::debug!(
-                "IPAM network {}: free addresses per range set {free:?}",
-                conf.name
-            );
-        }
+        Some(Ipam::Builtin(c)) => builtin_store_status(&c, &conf.name)?,
         Some(Ipam::External(d)) => {
             // A delegate older than 1.1.0 has no STATUS: found and runnable is all
             // that can be said (its VERSION answered).
