@@ -107,7 +107,7 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
     let mut guid_ofed = false;
     for pf_addr in sriov_pfs(&sysfs, &mut notes) {
         let mut pf = pf_of(&sysfs, nl.as_ref(), pf_addr);
-        let pf_id = pf_identity(&sysfs, nl.as_ref(), &pf, pf_addr);
+        let pf_id = crate::vfguid::PfIdentity::read(&sysfs, nl.as_ref(), pf_addr);
         pf.port_guid = pf_id.port_guid.map(|(g, _)| g.to_string());
         let configs = nl
             .as_ref()
@@ -305,27 +305,6 @@ fn guid_file(paths: &Paths, report: &mut Report) -> Option<crate::vfguid::GuidFi
     report.guid_file.state = state.into();
     report.guid_file.entries = f.as_ref().map(|f| f.entries.len());
     f
-}
-
-/// The PF's identity for the GUID file and the derivation: its netdevs' hardware
-/// addresses and its port GUID.
-fn pf_identity(
-    sysfs: &Sysfs,
-    nl: Option<&Netlink>,
-    pf: &Pf,
-    addr: PciAddress,
-) -> crate::vfguid::PfIdentity {
-    let hwaddrs: Vec<Vec<u8>> = pf
-        .netdevs
-        .iter()
-        .filter_map(|n| nl?.link_by_name(n).ok().flatten().map(|l| l.address))
-        .collect();
-    let ib = hwaddrs.iter().find(|a| a.len() == 20).cloned();
-    crate::vfguid::PfIdentity {
-        pci: Some(addr),
-        port_guid: crate::vfguid::pf_port_guid(sysfs, addr, ib.as_deref()),
-        hwaddrs,
-    }
 }
 
 /// Every PCI device with `sriov_totalvfs`, sorted ([`Sysfs::sriov_pfs`]).

@@ -382,7 +382,7 @@ fn fallback_guid(
     if conf.ib_kubernetes_enabled {
         return Ok(None);
     }
-    let mut pf = PfIdentity::read(&ctx.sysfs, &host.nl, dev.pf);
+    let mut pf = PfIdentity::read(&ctx.sysfs, Some(&host.nl), dev.pf);
     if let Some(l) = &view.pf_link {
         if !pf.hwaddrs.contains(&l.address) {
             pf.hwaddrs.push(l.address.clone());

@@ -83,13 +83,14 @@ pub struct PfIdentity {
 }
 
 impl PfIdentity {
-    /// The identity of PF `pf`: its netdevs' hardware addresses (rtnetlink, host netns)
-    /// and its port GUID ([`pf_port_guid`]). Whatever cannot be read is left out.
-    pub fn read(sysfs: &Sysfs, nl: &Netlink, pf: PciAddress) -> PfIdentity {
+    /// The identity of PF `pf`: its netdevs' hardware addresses (rtnetlink in this netns,
+    /// when `nl` is given) and its port GUID ([`pf_port_guid`]). Whatever cannot be read
+    /// is left out.
+    pub fn read(sysfs: &Sysfs, nl: Option<&Netlink>, pf: PciAddress) -> PfIdentity {
         let mut hwaddrs = Vec::new();
         let mut ib_link = None;
         for n in sysfs.netdevs(pf).unwrap_or_default() {
-            if let Ok(Some(l)) = nl.link_by_name(&n) {
+            if let Some(Ok(Some(l))) = nl.map(|nl| nl.link_by_name(&n)) {
                 if l.address.len() == 20 && ib_link.is_none() {
                     ib_link = Some(l.address.clone());
                 }
