@@ -25,6 +25,26 @@ use std::io::{Read, Write};
 /// ([`crate::plugin::VERB_BUDGET`]).
 static PROCESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
+/// Environment variable that moves the process start this many milliseconds into the
+/// past in test builds (feature `failpoints`), so a test can show a time bound
+/// ([`crate::plugin::DEL_BUDGET`]) at work without waiting it out.
+#[cfg(feature = "failpoints")]
+pub const TEST_STARTED_AGO_ENV: &str = "IB_SRIOV_TEST_STARTED_AGO_MS";
+
+fn start_instant() -> std::time::Instant {
+    let now = std::time::Instant::now();
+    #[cfg(feature = "failpoints")]
+    if let Some(ms) = std::env::var(TEST_STARTED_AGO_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return now
+            .checked_sub(std::time::Duration::from_millis(ms))
+            .unwrap_or(now);
+    }
+    now
+}
+
 /// The instant [`main`] began (the process start, to within the loading of the
 /// executable), or `None` when the library runs in-process without [`main`].
 pub fn process_start() -> Option<std::time::Instant> {
@@ -283,7 +303,7 @@ fn delegation_loop() -> Option<Result<(), CniError>> {
 /// [`manual_run`] for a run by hand). Started under the file name `ib-sriov-ipam`, it
 /// is the IPAM plugin instead ([`crate::ipam_plugin`]), never the ib-sriov plugin.
 pub fn main() -> i32 {
-    PROCESS_START.get_or_init(std::time::Instant::now);
+    PROCESS_START.get_or_init(start_instant);
     if crate::ipam_plugin::invoked_as_ipam() {
         if let Some(rc) = manual_run_ipam() {
             return rc;

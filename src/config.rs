@@ -79,6 +79,8 @@ struct RawConf {
     guid_file: Option<Value>,
     #[serde(rename = "deriveGuid")]
     derive_guid: Option<Value>,
+    #[serde(rename = "goCacheDir")]
+    go_cache_dir: Option<Value>,
 }
 
 /// Where the effective GUID came from (journaled and logged).
@@ -126,6 +128,11 @@ pub struct NetConf {
     pub log_file: Option<PathBuf>,
     /// `stateDir`: journals and VF locks (default [`DEFAULT_STATE_DIR`]).
     pub state_dir: PathBuf,
+    /// `goCacheDir`: where ADD also writes the Go ib-sriov-cni's cache file of the
+    /// attachment, so a node rolled back to the Go plugin can DEL it (default
+    /// [`crate::gocache::GO_CACHE_DIR`], the Go plugin's fixed directory; `""` writes
+    /// none). Go caches are also read from here.
+    pub go_cache_dir: Option<PathBuf>,
     /// `prevResult`, read in any supported version; decoded only when the verb is CHECK
     /// (SPEC.md: only CHECK uses it; ADD and DEL may receive one and must not fail on
     /// it). For the other verbs it is `None` and the value stays, undecoded, in
@@ -172,6 +179,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "lockTimeoutMs",
     "guidFile",
     "deriveGuid",
+    "goCacheDir",
 ];
 
 /// Top-level keys other components put into a plugin's configuration, which this
@@ -581,6 +589,11 @@ impl NetConf {
         let guid_file = abs_path(opt_str(&rc.guid_file, "guidFile")?, "guidFile")?
             .unwrap_or_else(|| PathBuf::from(crate::vfguid::DEFAULT_GUID_FILE));
         let derive_guid = opt_bool(&rc.derive_guid, "deriveGuid")?.unwrap_or(false);
+        let go_cache_dir = match &rc.go_cache_dir {
+            Some(Value::String(s)) if s.is_empty() => None,
+            v => abs_path(opt_str(v, "goCacheDir")?, "goCacheDir")?
+                .or_else(|| Some(PathBuf::from(crate::gocache::GO_CACHE_DIR))),
+        };
 
         let lock_timeout = match &rc.lock_timeout_ms {
             None | Some(Value::Null) => DEFAULT_LOCK_TIMEOUT_MS,
@@ -611,6 +624,7 @@ impl NetConf {
             log_level,
             log_file,
             state_dir,
+            go_cache_dir,
             prev_result,
             guid_file,
             derive_guid,

@@ -13,8 +13,13 @@
 //! `RdmaNetState.containerRdmaDevName`, `ipam.type` (the only IPAM key it keeps),
 //! `runtimeConfig.infinibandGUID`, `args.cni.guid`, `name`. Releases up to v1.2.1 wrote
 //! the same keys in struct order and no `vfioPciMode`; both forms parse. Unknown keys are
-//! ignored. The file is never written by this plugin, only removed once the attachment
-//! it describes is undone.
+//! ignored.
+//!
+//! ADD also writes this file, in the Go plugin's current format ([`render`]), so that a
+//! node rolled back to the Go plugin with pods running can still DEL them: the Go DEL
+//! reads it and undoes the attachment as it undoes its own. Our own key
+//! [`MARKER_KEY`] (`{"bootId", "writer"}`, which Go's `encoding/json` ignores as an
+//! unknown field) tells our DEL the file is ours and which boot wrote it.
 
 use crate::fsutil::open_regular;
 use crate::types::{Guid, LinkState, PciAddress};
@@ -26,6 +31,15 @@ use std::path::{Path, PathBuf};
 
 /// The Go plugin's cache directory (hard-coded there: `config.DefaultCNIDir`).
 pub const GO_CACHE_DIR: &str = "/var/lib/cni/ib-sriov";
+
+/// The key of this plugin's own object in a cache file it wrote: `{"bootId": <the
+/// kernel's boot ID or null>, "writer": "ib-sriov <version>"}`. Sorted after every key
+/// the Go plugin writes (all ASCII, `x` above them), so a file without it is byte for
+/// byte what Go's `json.Marshal` writes.
+pub const MARKER_KEY: &str = "x-ib-sriov";
+
+/// What the Go plugin writes as `HostIFGUID` in vfio mode (`utils.DefaultGUID`).
+pub const GO_DEFAULT_GUID: &str = "FF:FF:FF:FF:FF:FF:FF:FF";
 
 /// Largest cache file read, in bytes (a Go cache is well under 4 KiB).
 pub const MAX_GO_CACHE_BYTES: u64 = 1 << 20;
@@ -72,6 +86,14 @@ struct RawGoNetConf {
     args: Option<Value>,
     #[serde(default)]
     name: String,
+    #[serde(rename = "x-ib-sriov", default)]
+    marker: Option<RawMarker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawMarker {
+    #[serde(rename = "bootId", default)]
+    boot_id: Option<String>,
 }
 
 /// What the Go plugin's ADD did, as its cache records it.
@@ -105,6 +127,158 @@ pub struct GoAttachment {
     pub ipam_type: Option<String>,
     /// `name`.
     pub network: String,
+    /// Written by this plugin's ADD ([`MARKER_KEY`]): `Some(boot ID it recorded)`.
+    pub ours: Option<Option<String>>,
+}
+
+/// The facts of one attachment that the Go plugin's `cmdAdd` computes before
+/// `utils.SaveNetConf` (k8snetworkplumbingwg/ib-sriov-cni 543060da: `config.LoadDeviceInfo`,
+/// `sriovManager.ApplyVFConfig`/`applyVFGuid`, `doVFConfig`, `SetupVF`).
+#[derive(Debug, Clone)]
+pub struct GoFacts<'a> {
+    /// `deviceID`: the VF.
+    pub vf: PciAddress,
+    /// `VFID`.
+    pub vf_index: u32,
+    /// `Master`: the PF netdev (`""` when it has none).
+    pub master: &'a str,
+    /// `HostIFNames`: the VF netdev's host name before ADD (`""` in vfio mode).
+    pub host_ifname: &'a str,
+    /// `ContIFNames`: CNI_IFNAME (`""` in vfio mode).
+    pub cont_ifname: &'a str,
+    /// `HostIFGUID`: `""` unless the pod asked for a GUID; then the VF's port GUID
+    /// before ADD, or [`GO_DEFAULT_GUID`] in vfio mode.
+    pub host_if_guid: String,
+    /// `vfioPciMode` (configured or detected from the driver).
+    pub vfio: bool,
+    /// The RDMA device ADD moved into the pod (`RdmaNetState`, and `rdmaIsolation`).
+    pub rdma_device: Option<&'a str>,
+    /// Our marker's `bootId`.
+    pub boot_id: Option<&'a str>,
+}
+
+/// The cache file the Go plugin's ADD would write for network configuration `stdin`
+/// (the JSON object ADD received) and `facts`, plus [`MARKER_KEY`]: `json.Marshal` of
+/// its `NetConf` (ib-sriov-cni 543060da `pkg/types/types.go` `NetConf.MarshalJSON`:
+/// containernetworking/cni v1.3.0 `PluginConf` merged with `IbSriovNetConf`, keys
+/// sorted). From the configuration it keeps exactly what Go's decoder keeps:
+/// `cniVersion`, `name`, `type` (omitted when empty), `capabilities` (booleans; omitted
+/// when empty), `ipam` (`type` only), `dns` (omitted when empty), `prevResult` (omitted
+/// when empty), `pkey`, `link_state` (omitted when empty), `rdmaIsolation`,
+/// `ibKubernetesEnabled`, `vfioPciMode` (omitted when false), `runtimeConfig`
+/// (`infinibandGUID` only) and `args` (`cni` string values only; `null` when absent).
+pub fn render(stdin: &Value, facts: &GoFacts) -> String {
+    use serde_json::{json, Map};
+    use std::collections::BTreeMap;
+    let get = |k: &str| stdin.get(k);
+    let s = |k: &str| get(k).and_then(Value::as_str).unwrap_or_default();
+    let truthy = |k: &str| get(k).and_then(Value::as_bool).unwrap_or(false);
+    let mut m: BTreeMap<&str, Value> = BTreeMap::new();
+    for k in ["cniVersion", "name", "type"] {
+        if !s(k).is_empty() {
+            m.insert(k, json!(s(k)));
+        }
+    }
+    let caps: Map<String, Value> = get("capabilities")
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| v.is_boolean())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !caps.is_empty() {
+        m.insert("capabilities", Value::Object(caps));
+    }
+    let ipam_type = get("ipam")
+        .and_then(|i| i.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    m.insert(
+        "ipam",
+        if ipam_type.is_empty() {
+            json!({})
+        } else {
+            json!({ "type": ipam_type })
+        },
+    );
+    if let Some(dns) = get("dns").and_then(Value::as_object) {
+        let mut d = Map::new();
+        for k in ["nameservers", "search", "options"] {
+            if let Some(a) = dns
+                .get(k)
+                .and_then(Value::as_array)
+                .filter(|a| !a.is_empty())
+            {
+                d.insert(k.to_string(), Value::Array(a.clone()));
+            }
+        }
+        if let Some(v) = dns
+            .get("domain")
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+        {
+            d.insert("domain".to_string(), json!(v));
+        }
+        if !d.is_empty() {
+            m.insert("dns", Value::Object(d));
+        }
+    }
+    if let Some(p) = get("prevResult").filter(|p| p.as_object().is_some_and(|o| !o.is_empty())) {
+        m.insert("prevResult", p.clone());
+    }
+    m.insert("pkey", json!(s("pkey")));
+    if !s("link_state").is_empty() {
+        m.insert("link_state", json!(s("link_state")));
+    }
+    if truthy("rdmaIsolation") || facts.rdma_device.is_some() {
+        m.insert("rdmaIsolation", json!(true));
+    }
+    if truthy("ibKubernetesEnabled") {
+        m.insert("ibKubernetesEnabled", json!(true));
+    }
+    if facts.vfio {
+        m.insert("vfioPciMode", json!(true));
+    }
+    let rt_guid = get("runtimeConfig")
+        .and_then(|r| r.get("infinibandGUID"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    m.insert("runtimeConfig", json!({ "infinibandGUID": rt_guid }));
+    let cni_args = get("args")
+        .and_then(|a| a.get("cni"))
+        .and_then(Value::as_object)
+        .map(|o| {
+            Value::Object(
+                o.iter()
+                    .filter(|(_, v)| v.is_string())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            )
+        });
+    m.insert("args", json!({ "cni": cni_args }));
+    m.insert("Master", json!(facts.master));
+    m.insert("deviceID", json!(facts.vf.to_string()));
+    m.insert("VFID", json!(facts.vf_index));
+    m.insert("HostIFNames", json!(facts.host_ifname));
+    m.insert("HostIFGUID", json!(facts.host_if_guid));
+    m.insert("ContIFNames", json!(facts.cont_ifname));
+    let rdma = facts.rdma_device.unwrap_or_default();
+    let rdma_vf = if rdma.is_empty() {
+        String::new()
+    } else {
+        facts.vf.to_string()
+    };
+    m.insert(
+        "RdmaNetState",
+        json!({"containerRdmaDevName": rdma, "deviceID": rdma_vf, "sandboxRdmaDevName": rdma, "version": ""}),
+    );
+    m.insert(
+        MARKER_KEY,
+        json!({"bootId": facts.boot_id, "writer": concat!("ib-sriov ", env!("CARGO_PKG_VERSION"))}),
+    );
+    serde_json::to_string(&m).unwrap_or_default()
 }
 
 /// The cache file of (containerID, ifname) in `dir`: `<dir>/<containerID>-<ifname>`
@@ -236,6 +410,7 @@ pub fn parse(bytes: &[u8], path: PathBuf) -> Result<GoAttachment, GoCacheError> 
             .and_then(|r| non_empty(r.container_rdma_dev_name)),
         ipam_type,
         network: raw.name,
+        ours: raw.marker.map(|m| m.boot_id),
     })
 }
 
@@ -245,6 +420,57 @@ mod tests {
 
     fn p() -> PathBuf {
         PathBuf::from("/x/cid-net1")
+    }
+
+    /// What ADD writes is, byte for byte, what the Go plugin writes for the same stdin
+    /// and host (the fixtures of tests/fixtures/go-cache, generated from the Go
+    /// plugin's own types at 543060da), plus our marker as the last key.
+    #[test]
+    fn render_matches_the_go_plugin_byte_for_byte() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-cache");
+        let m: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+        let mut seen = 0;
+        for f in m["fixtures"].as_array().unwrap() {
+            if f["dir"] != "ib-sriov" {
+                continue; // the legacy v1.2.1 format is read, never written
+            }
+            let n = f["vf"].as_u64().unwrap() as u32;
+            let vfio = f["stdin"]["vfioPciMode"] == true;
+            let stdin = &f["stdin"];
+            let guid_given = stdin["runtimeConfig"]["infinibandGUID"].is_string()
+                || stdin["args"]["cni"]["guid"].is_string();
+            let host_ifname = format!("ibp175s0f0v{n}");
+            let rdma = format!("mlx5_{}", n + 1);
+            let facts = GoFacts {
+                vf: f["stdin"]["deviceID"].as_str().unwrap().parse().unwrap(),
+                vf_index: n,
+                master: "ibp175s0f0",
+                host_ifname: if vfio { "" } else { &host_ifname },
+                cont_ifname: if vfio { "" } else { "net1" },
+                host_if_guid: match (guid_given, vfio) {
+                    (false, _) => String::new(),
+                    (true, true) => GO_DEFAULT_GUID.into(),
+                    (true, false) => format!("02:00:00:00:00:02:00:{n:02x}"),
+                },
+                vfio,
+                rdma_device: (stdin["rdmaIsolation"] == true).then_some(rdma.as_str()),
+                boot_id: Some("0d5e9a32-4b8a-4c57-9e3f-2b1f3f0e8a11"),
+            };
+            let ours = render(stdin, &facts);
+            let cut = ours.find(&format!(",\"{MARKER_KEY}\":")).expect("marker");
+            let go =
+                std::fs::read_to_string(dir.join("ib-sriov").join(f["file"].as_str().unwrap()))
+                    .unwrap();
+            assert_eq!(format!("{}}}", &ours[..cut]), go, "{}", f["name"]);
+            let back = parse(ours.as_bytes(), p()).unwrap();
+            assert_eq!(
+                back.ours,
+                Some(Some("0d5e9a32-4b8a-4c57-9e3f-2b1f3f0e8a11".to_string()))
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, 5, "fixtures a-e");
     }
 
     #[test]

@@ -150,6 +150,19 @@ pub enum Step {
         /// ifindex unless the pod netns uses it).
         pod_ifindex: Option<u32>,
     },
+    /// The Go ib-sriov-cni's cache file of the attachment written (the last step of
+    /// ADD), so a node rolled back to the Go plugin can DEL the attachment
+    /// ([`crate::gocache::render`]). Removed by DEL only after every other undo is done,
+    /// and only while it still holds exactly `content`. A complete journal whose file
+    /// is gone was undone by the Go plugin's DEL (it removes the file only after a
+    /// successful DEL): our DEL then drops the journal without touching the VF.
+    GoCache {
+        /// The file (`<goCacheDir>/<containerID>-<ifname>`).
+        path: PathBuf,
+        /// Exactly what ADD writes (filled from the journal's facts, saved before the
+        /// file is written).
+        content: String,
+    },
     /// IPAM allocation taken (built-in or delegated), configured in the pod.
     Ipam {
         /// `ipam.type`.
@@ -173,6 +186,7 @@ impl Step {
             Step::DeviceInfo { .. } => "device_info",
             Step::MoveNetdev { .. } => "move",
             Step::Ipam { .. } => "ipam",
+            Step::GoCache { .. } => "go_cache",
         }
     }
 }

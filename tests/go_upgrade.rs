@@ -11,74 +11,10 @@
 mod common;
 
 use common::emuhost::{EmuOptions, HostSnapshot, Pod};
-use common::lab::{list, Lab, Run};
+use common::gofix::*;
+use common::lab::{list, Lab};
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-
-const DEBIAN_CNI: &str = "/usr/lib/cni";
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-cache")
-}
-
-fn manifest(name: &str) -> Value {
-    let m: Value =
-        serde_json::from_slice(&std::fs::read(fixtures().join("manifest.json")).unwrap()).unwrap();
-    m["fixtures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("fixture {name} not in manifest.json"))
-        .clone()
-}
-
-fn cni_path() -> String {
-    assert!(
-        Path::new(DEBIAN_CNI).join("host-local").exists(),
-        "{DEBIAN_CNI}/host-local is needed: apt-get install containernetworking-plugins"
-    );
-    format!(
-        "{}:{DEBIAN_CNI}",
-        common::lab::bin().parent().unwrap().display()
-    )
-}
-
-/// The DEL stdin: the ADD stdin the Go plugin got (Go's DEL hands the DEL call's own
-/// stdin to the IPAM plugin), pointed at the lab's state and host-local directories.
-fn del_conf(lab: &Lab, f: &Value) -> Value {
-    let mut c = f["stdin"].clone();
-    c["stateDir"] = json!(lab.state);
-    c["logLevel"] = json!("debug");
-    if c["ipam"].get("type").is_some() {
-        c["ipam"]["dataDir"] = json!(lab.host.root().join("host-local"));
-    }
-    c
-}
-
-fn run(lab: &Lab, cmd: &str, f: &Value, pod: &Pod, conf: &Value) -> Run {
-    let path = cni_path();
-    let cid = f["containerID"].as_str().unwrap();
-    lab.run(cmd, cid, pod.netns(), conf, &[("CNI_PATH", path.as_str())])
-}
-
-/// Installs the cache file as the Go plugin wrote it (dir 0700, file 0600).
-fn install_cache(lab: &Lab, f: &Value) -> PathBuf {
-    std::fs::create_dir_all(&lab.state).unwrap();
-    std::fs::set_permissions(&lab.state, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let src = fixtures()
-        .join(f["dir"].as_str().unwrap())
-        .join(f["file"].as_str().unwrap());
-    let dst = lab.state.join(f["file"].as_str().unwrap());
-    std::fs::copy(&src, &dst).unwrap();
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o600)).unwrap();
-    dst
-}
-
-fn write(p: Option<PathBuf>, v: &str) {
-    std::fs::write(p.unwrap(), format!("{v}\n")).unwrap();
-}
+use std::path::Path;
 
 /// What the Go ADD leaves for a VF with a netdev: GUID (both) and link state set, the
 /// netdev in the pod as net1, up, with host-local's address and the configured routes
@@ -139,13 +75,6 @@ fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
         .success());
 }
 
-fn host_local_held(lab: &Lab, network: &str) -> Vec<String> {
-    list(&lab.host.root().join("host-local").join(network))
-        .into_iter()
-        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-        .collect()
-}
-
 /// Runs one fixture: Go's ADD state, CHECK, GC and STATUS tolerate it, DEL restores as
 /// Go's DEL, a second DEL changes nothing. `expect` adjusts the pre-ADD snapshot to
 /// what Go's DEL leaves (its documented differences from "as before ADD").
@@ -190,26 +119,6 @@ fn upgrade_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSna
     let after = lab.host.snapshot();
     run(&lab, "DEL", &f, &pod, &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), after, "second DEL changes nothing");
-}
-
-/// The netdev of VF `n` comes back under its host name and is left down (Go's
-/// ReleaseVF sets it down and never up again).
-fn netdev_down(lab: &Lab, v: &mut HostSnapshot, n: u32) {
-    let name = lab.host.vf(n).netdev.clone().unwrap();
-    let l = v.links.iter_mut().find(|l| l.name == name).unwrap();
-    l.up = false;
-}
-
-/// Sets the expected content of one OFED file.
-fn ofed(lab: &Lab, v: &mut HostSnapshot, file: Option<PathBuf>, content: &str) {
-    let rel = file
-        .unwrap()
-        .strip_prefix(lab.host.root())
-        .unwrap()
-        .display()
-        .to_string();
-    let e = v.ofed.iter_mut().find(|(p, _)| *p == rel).unwrap();
-    e.1 = format!("{content}\n");
 }
 
 /// (a) GUID from runtimeConfig, host-local: netdev back down under its name; node and

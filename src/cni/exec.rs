@@ -133,6 +133,19 @@ impl Delegate {
         env: &CniEnv,
         stdin: &[u8],
     ) -> Result<Option<Value>, CniError> {
+        self.run_within(command, env, stdin, DELEGATE_TIMEOUT)
+    }
+
+    /// [`Delegate::run`], killing the delegate after `limit` (code 11) rather than
+    /// [`DELEGATE_TIMEOUT`]: DEL gives it only what is left of its time bound
+    /// ([`crate::plugin::Ctx::bounded`]).
+    pub fn run_within(
+        &self,
+        command: Command,
+        env: &CniEnv,
+        stdin: &[u8],
+        limit: std::time::Duration,
+    ) -> Result<Option<Value>, CniError> {
         let name = &self.plugin_type;
         let mut cmd = std::process::Command::new(&self.path);
         cmd.env("CNI_COMMAND", command.as_str())
@@ -168,11 +181,11 @@ impl Delegate {
             // A delegate that exits without reading stdin closes the pipe: not our error.
             let _ = si.write_all(stdin);
         }
-        let out = wait_bounded(child, DELEGATE_TIMEOUT).map_err(|e| match e {
+        let out = wait_bounded(child, limit).map_err(|e| match e {
             WaitError::Timeout => CniError::try_later(format!(
-                "ipam plugin {name} {} did not finish within {} s and was killed",
+                "ipam plugin {name} {} did not finish within {:.1} s and was killed",
                 command.as_str(),
-                DELEGATE_TIMEOUT.as_secs()
+                limit.as_secs_f64()
             )),
             WaitError::Io(e) => CniError::new(
                 code::IPAM_FAILURE,

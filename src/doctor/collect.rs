@@ -467,8 +467,25 @@ fn holders(
                 .map_err(|e| e.to_string())
                 .and_then(|b| crate::gocache::parse(&b, p.clone()).map_err(|e| e.to_string()))
             {
+                // Our ADD's copy for a rollback to the Go plugin: the journal speaks
+                // for the attachment while it exists.
+                Ok(g)
+                    if g.ours.is_some()
+                        && ours.get(&g.vf.to_string()).is_some_and(|hs| {
+                            hs.iter().any(|h| {
+                                name == format!(
+                                    "{}-{}",
+                                    h.container_id,
+                                    h.ifname.as_deref().unwrap_or_default()
+                                )
+                            })
+                        }) => {}
                 Ok(g) => go.entry(g.vf.to_string()).or_default().push(Holder {
-                    source: "go-cache".into(),
+                    source: if g.ours.is_some() {
+                        "go-cache-by-ib-sriov".into()
+                    } else {
+                        "go-cache".into()
+                    },
                     // The file is `<containerID>-<ifname>` (Go's SaveNetConf).
                     container_id: g
                         .pod_name

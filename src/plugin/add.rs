@@ -257,6 +257,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             });
         }
     }
+    if let Some(dir) = &conf.go_cache_dir {
+        plan.push(Step::GoCache {
+            path: crate::gocache::path(dir, &env.container_id, &env.ifname),
+            content: String::new(), // filled by the step from the journal's facts
+        });
+    }
     let mut raw = conf.raw.clone();
     if let Some(o) = raw.as_object_mut() {
         o.remove("prevResult");

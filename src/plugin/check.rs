@@ -30,7 +30,8 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     let ipam = ctx.ipam()?;
     let id = format!("{}/{}", env.container_id, env.ifname);
     let Some(j) = ctx.store.load(&env.container_id, &env.ifname)? else {
-        if let Some(go) = super::upgrade::find(ctx)? {
+        // A cache file our own ADD wrote speaks for nothing without its journal.
+        if let Some(go) = super::upgrade::find(ctx)?.filter(|g| g.ours.is_none()) {
             return super::upgrade::check(ctx, &go);
         }
         return Err(fail(format!(

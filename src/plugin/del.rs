@@ -7,7 +7,9 @@
 //! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). An unusable IPAM
 //! configuration then only logs: DEL of something never made succeeds. An attachment the
 //! Go ib-sriov-cni made (its cache file, no journal) is undone as its DEL would
-//! (`upgrade`).
+//! (`upgrade`). A cache file our own ADD wrote for a rollback, left without its journal
+//! (a reboot emptied /run, or the journal was removed), is removed and never acted on:
+//! the journal alone speaks for our attachments.
 
 use super::steps::{release_with, Host};
 use super::teardown::{load_locked, teardown_locked};
@@ -22,8 +24,10 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
         }
         None => {
-            if let Some(go) = super::upgrade::find(ctx)? {
-                return super::upgrade::del(ctx, go);
+            match super::upgrade::find(ctx)? {
+                Some(go) if go.ours.is_none() => return super::upgrade::del(ctx, go),
+                Some(go) => super::upgrade::drop_ours(&go)?,
+                None => {}
             }
             log::info!(
                 "no journal for {}/{}: ADD made nothing to restore",

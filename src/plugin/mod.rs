@@ -43,6 +43,17 @@ pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
 /// "Failures and what the plugin does", the worst-case rows).
 pub const VERB_BUDGET: Duration = Duration::from_secs(80);
 
+/// DEL's time bound, measured like [`VERB_BUDGET`]: every wait of a DEL (the VF lock,
+/// the netdev's return from a deleted pod netns, the rebind queue, the IPAM lock, a
+/// delegated IPAM plugin) gets at most what is left of it ([`Ctx::bounded`]), and a
+/// rebind turn must begin [`REBIND_RESERVE`] before it ends. A DEL that runs out
+/// answers code 11 with its journal kept, and the runtime's retry carries on from the
+/// steps already undone (each undo checks the current state). 60 s is half of kubelet's
+/// runtime request timeout for `StopPodSandbox` (2 min, `--runtime-request-timeout`).
+/// What the plugin cannot bound: the kernel's own unbind/bind past
+/// [`DRIVER_REBIND_ALLOWANCE`].
+pub const DEL_BUDGET: Duration = Duration::from_secs(60);
+
 /// What the driver's unbind and bind are allowed in [`REBIND_RESERVE`] (mlx5 takes
 /// 0.2 to 1 s; the kernel call itself is not bounded by the plugin).
 pub const DRIVER_REBIND_ALLOWANCE: Duration = Duration::from_secs(5);
@@ -147,16 +158,17 @@ impl Ctx<'_> {
     /// Errors: code 11 as above, code 5 on I/O.
     pub fn lock_rebind(&self) -> Result<RebindTurn, CniError> {
         let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path());
+        let budget = self.budget();
         let limits = Limits {
             no_progress: self.conf.lock_timeout,
-            begin_by: self.started + (VERB_BUDGET - REBIND_RESERVE),
+            begin_by: self.started + (budget - REBIND_RESERVE),
         };
         queue.enter(&limits).map_err(|e| match e {
             QueueError::TimeBound { .. } => CniError::try_later(format!(
                 "{} keeps within {} s of its start (kubelet's runtime request timeout is 2 min), so a VF rebind must begin within {} s of it: {e}",
                 self.env.command.as_str(),
-                VERB_BUDGET.as_secs(),
-                (VERB_BUDGET - REBIND_RESERVE).as_secs()
+                budget.as_secs(),
+                (budget - REBIND_RESERVE).as_secs()
             )),
             e => e.into(),
         })
@@ -166,11 +178,45 @@ impl Ctx<'_> {
     ///
     /// Errors: code 11 on timeout, code 5 on I/O.
     pub fn lock_vf(&self, vf: PciAddress) -> Result<FileLock, CniError> {
-        lock_with_timeout(&self.store.vf_lock_path(vf), self.conf.lock_timeout).map_err(|e| match e
-        {
-            LockError::Timeout(..) => CniError::try_later(format!("VF {vf} is busy: {e}")),
+        let timeout = self.bounded(self.conf.lock_timeout);
+        lock_with_timeout(&self.store.vf_lock_path(vf), timeout).map_err(|e| match e {
+            LockError::Timeout(..) => {
+                CniError::try_later(format!("VF {vf} is busy: {e}{}", self.bound_note(timeout)))
+            }
             LockError::Io(..) => CniError::new(code::IO_FAILURE, e.to_string()),
         })
+    }
+
+    /// The verb's time bound: [`DEL_BUDGET`] for DEL, [`VERB_BUDGET`] otherwise.
+    pub fn budget(&self) -> Duration {
+        if self.env.command == crate::cni::Command::Del {
+            DEL_BUDGET
+        } else {
+            VERB_BUDGET
+        }
+    }
+
+    /// A wait of up to `want`, cut to what is left of DEL's [`DEL_BUDGET`] (zero once it
+    /// is spent); `want` unchanged for the other verbs.
+    pub fn bounded(&self, want: Duration) -> Duration {
+        if self.env.command != crate::cni::Command::Del {
+            return want;
+        }
+        let left = (self.started + DEL_BUDGET).saturating_duration_since(Instant::now());
+        want.min(left)
+    }
+
+    /// `""`, or when `waited` was cut by DEL's bound, a sentence saying so for a code-11
+    /// message.
+    pub fn bound_note(&self, waited: Duration) -> String {
+        if waited < self.conf.lock_timeout && self.env.command == crate::cni::Command::Del {
+            format!(
+                " (DEL keeps within {} s of its start; the journal is kept and the retry goes on from here)",
+                DEL_BUDGET.as_secs()
+            )
+        } else {
+            String::new()
+        }
     }
 }
 

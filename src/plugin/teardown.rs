@@ -22,7 +22,24 @@ pub(super) fn teardown_locked(
     release_ipam: bool,
 ) -> Result<(), CniError> {
     if crate::boot::is_other(j.boot_id.as_deref()) {
-        return drop_stale(ctx, j, release_ipam);
+        log::warn!(
+            "the journal of {}/{} (VF {}) was written in another boot ({}): the reboot ended what it describes; releasing its IPAM allocation and dropping it without touching the VF",
+            j.container_id,
+            j.ifname,
+            j.vf,
+            j.boot_id.as_deref().unwrap_or("?")
+        );
+        return drop_untouched(ctx, j, release_ipam);
+    }
+    if let Some(p) = super::steps::undone_by_go(j) {
+        log::warn!(
+            "{}/{} (VF {}) was undone by the Go ib-sriov-cni's DEL (its cache file {} is gone: the node ran the Go plugin since ADD); dropping the journal without touching the VF",
+            j.container_id,
+            j.ifname,
+            j.vf,
+            p.display()
+        );
+        return drop_untouched(ctx, j, release_ipam);
     }
     let pod = resolve_pod(j, netns)?;
     let errs = undo(ctx, host, j, &pod, j.steps.len(), release_ipam);
@@ -75,20 +92,14 @@ pub(super) fn load_locked(
     )))
 }
 
-/// A journal written in another boot (an on-disk `stateDir` that outlived a reboot):
-/// everything it describes ended with that boot (the pod netns, the moves, the PF-side
-/// VF settings: the reboot re-created the VF), so the VF is not touched; its IPAM
-/// allocation is released (when `release_ipam`; GC releases IPAM itself), then the
-/// journal and its holder link are removed. Errors: the release failing (the journal
-/// stays for a retry), or removing the files.
-fn drop_stale(ctx: &Ctx, j: &Journal, release_ipam: bool) -> Result<(), CniError> {
-    log::warn!(
-        "the journal of {}/{} (VF {}) was written in another boot ({}): the reboot ended what it describes; releasing its IPAM allocation and dropping it without touching the VF",
-        j.container_id,
-        j.ifname,
-        j.vf,
-        j.boot_id.as_deref().unwrap_or("?")
-    );
+/// A journal whose attachment someone else ended: written in another boot (an on-disk
+/// `stateDir` that outlived a reboot: the pod netns, the moves, the PF-side VF settings
+/// ended with that boot), or undone by the Go plugin's DEL after a rollback. The VF is
+/// not touched (it may be another pod's by now); the IPAM allocation is released (when
+/// `release_ipam`; GC releases IPAM itself; a release already done is a no-op), then
+/// the journal and its holder link are removed. Errors: the release failing (the
+/// journal stays for a retry), or removing the files.
+fn drop_untouched(ctx: &Ctx, j: &Journal, release_ipam: bool) -> Result<(), CniError> {
     let has_ipam = j
         .steps
         .iter()

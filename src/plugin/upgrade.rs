@@ -31,13 +31,21 @@ use crate::netns::NetNs;
 use crate::types::{format_hwaddr, Guid, LinkState, VfIndex};
 use std::path::PathBuf;
 
-/// Where a Go cache of this attachment may be: the configured `stateDir` (the default
-/// is the Go plugin's own directory) and, when that differs, the Go plugin's fixed one.
+/// Where a Go cache of this attachment may be: the configured `stateDir` (the Go
+/// plugin's own directory was the default of earlier versions), `goCacheDir` and the
+/// Go plugin's fixed directory, each once.
 fn dirs(ctx: &Ctx) -> Vec<PathBuf> {
     let mut d = vec![ctx.conf.state_dir.clone()];
-    let go = PathBuf::from(gocache::GO_CACHE_DIR);
-    if !d.contains(&go) {
-        d.push(go);
+    for go in [
+        ctx.conf.go_cache_dir.clone(),
+        Some(PathBuf::from(gocache::GO_CACHE_DIR)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !d.contains(&go) {
+            d.push(go);
+        }
     }
     d
 }
@@ -85,6 +93,29 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
         )
     })?;
     teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
+}
+
+/// A cache file our own ADD wrote (for a rollback to the Go plugin) found by a DEL with
+/// no journal of ours: whatever boot wrote it, the journal is what our DEL acts on, and
+/// without one the attachment is not ours to undo from the file (after a reboot there
+/// is nothing left to undo). The file is removed; the caller releases the IPAM
+/// allocation as for any DEL without a journal.
+///
+/// Errors: code 5 when the file cannot be removed.
+pub(super) fn drop_ours(go: &GoAttachment) -> Result<(), CniError> {
+    log::warn!(
+        "{} was written by an ADD of ours (boot {}) whose journal is gone: removing it without acting on it",
+        go.path.display(),
+        go.ours.clone().flatten().as_deref().unwrap_or("?")
+    );
+    crate::fsutil::remove_durable(&go.path)
+        .map(|_| ())
+        .map_err(|e| {
+            CniError::new(
+                crate::cni::code::IO_FAILURE,
+                format!("removing {}: {e}", go.path.display()),
+            )
+        })
 }
 
 /// CHECK of an attachment the Go plugin made (Go's own CHECK succeeds without looking):

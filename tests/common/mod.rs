@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod emuhost;
+pub mod gofix;
 pub mod guid;
 pub mod lab;
 pub mod libcni;

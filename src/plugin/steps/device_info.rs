@@ -32,6 +32,17 @@ pub(super) fn apply(path: &Path, content: &str) -> Result<(), super::StepFailure
 /// files an ADD killed while writing it left (`.<name>.tmp.<pid>`, ours: the path is
 /// this attachment's and its writers hold the VF lock); anything else is left in place.
 pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
+    remove_if_ours(path, content, "device-info file")
+}
+
+/// Removes `path` (and its killed writers' temp files) when it is a regular file that
+/// holds exactly `content`; a file that differs, or is not a regular file, is logged
+/// (naming it as `what`) and left in place. Not fsync'd: a removal lost in a crash
+/// leaves the file of a pod that is gone, which the next DEL (its journal stays until
+/// the undo is complete) removes again.
+///
+/// Errors: code 5 (I/O) when the removal itself fails.
+pub(super) fn remove_if_ours(path: &Path, content: &str, what: &str) -> Result<(), CniError> {
     crate::fsutil::remove_temps_of(path);
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -42,7 +53,7 @@ pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {
-            log::warn!("device-info file {}: {e}; not removing it", path.display());
+            log::warn!("{what} {}: {e}; not removing it", path.display());
             return Ok(());
         }
     };
@@ -55,13 +66,11 @@ pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
         };
     if !is_ours {
         log::warn!(
-            "{} is not the device-info file this attachment wrote: left in place",
+            "{} is not the {what} this attachment wrote: left in place",
             path.display()
         );
         return Ok(());
     }
-    // Not fsync'd: a removal lost in a crash leaves the file of a pod that is gone,
-    // which the next DEL (its journal stays until the undo is complete) removes again.
     std::fs::remove_file(path)
         .or_else(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {

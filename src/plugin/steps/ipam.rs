@@ -161,13 +161,24 @@ pub fn release_with(
     match ipam {
         Some(Ipam::Builtin(c)) => {
             let n = c
-                .release_known(&conf.name, cid, ifname, known, conf.lock_timeout)
+                .release_known(
+                    &conf.name,
+                    cid,
+                    ifname,
+                    known,
+                    ctx.bounded(conf.lock_timeout),
+                )
                 .map_err(crate::plugin::ipam_error)?;
             if n > 0 {
                 log::info!("released {n} address(es) of {cid}/{ifname}");
             }
         }
-        Some(Ipam::External(d)) => match d.run(Command::Del, ctx.env, raw) {
+        Some(Ipam::External(d)) => match d.run_within(
+            Command::Del,
+            ctx.env,
+            raw,
+            ctx.bounded(crate::cni::exec::DELEGATE_TIMEOUT),
+        ) {
             Ok(_) => {}
             // A delegate that refuses this configuration itself (code 1: the cniVersion;
             // code 7: the configuration) refuses every retry the same way: a kept

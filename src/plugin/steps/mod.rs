@@ -1,6 +1,6 @@
 //! The transaction's steps: for every [`Step`] of the journal, one module holds its
 //! `apply` (ADD) and its `undo` (rollback, DEL, GC) side by side (`link_state`, `guid`,
-//! `rdma_move`, `device_info`, `netdev_move`, `ipam` with `addresses`); this module
+//! `rdma_move`, `device_info`, `netdev_move`, `ipam` with `addresses`, `go_cache`); this module
 //! dispatches to them in plan order ([`apply`]) and in reverse ([`undo`]), and holds the
 //! host adapters they share: one rtnetlink connection per namespace per call ([`Host`],
 //! [`Pod`]), opened once and passed down (the pattern of containers/netavark
@@ -24,6 +24,7 @@
 
 mod addresses;
 mod device_info;
+mod go_cache;
 mod guid;
 mod ipam;
 mod link_state;
@@ -32,6 +33,7 @@ mod netdev_move;
 mod rdma_move;
 
 pub use addresses::DAD_WAIT;
+pub use go_cache::undone_by_go;
 pub use ipam::{release as release_ipam, release_with};
 pub use netdev::{
     find_in_host, netdev_after_rebind, netdev_id, rebind_driver, FALLBACK_NAME_PATTERN,
@@ -213,6 +215,7 @@ pub fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), StepFailur
         Step::DeviceInfo { path, content } => device_info::apply(&path, &content),
         Step::MoveNetdev { netdev, .. } => netdev_move::apply(cx, j, i, &netdev),
         Step::Ipam { .. } => ipam::apply(cx, j, i),
+        Step::GoCache { .. } => go_cache::apply(cx, j, i),
     }
 }
 
@@ -269,7 +272,8 @@ pub fn undo(
     let view = || view.get_or_init(|| PfView::for_journal(&host.nl, host.sysfs, j));
     for s in steps.iter().rev() {
         let r = match s {
-            Step::Ipam { .. } => continue,
+            // Both after the loop: IPAM once the netdev is out; the Go cache file last.
+            Step::Ipam { .. } | Step::GoCache { .. } => continue,
             Step::DeviceInfo { path, content } => device_info::undo(path, content),
             _ if held_by_other || !netdev_out || vf_gone => continue,
             Step::MoveNetdev {
@@ -323,6 +327,17 @@ pub fn undo(
                 j.container_id,
                 j.ifname
             );
+        }
+    }
+    // The Go cache file goes last, once everything else is undone: while it exists a
+    // DEL acts on the journal; a complete journal without it was undone by the Go
+    // plugin (`undone_by_go`), which a crash of ours right after its removal also
+    // leaves, when indeed nothing is left to undo.
+    if errs.is_empty() {
+        for s in steps {
+            if let Step::GoCache { path, content } = s {
+                errs.check(go_cache::undo(path, content).and_then(|_| hit("del.go_cache")));
+            }
         }
     }
     errs

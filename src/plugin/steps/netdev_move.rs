@@ -159,7 +159,7 @@ pub(super) fn undo(
         }
     }
     let wait = match pod {
-        PodNs::Gone => host.return_wait,
+        PodNs::Gone => ctx.bounded(host.return_wait),
         PodNs::Live(_) => Duration::ZERO,
     };
     if let Some(l) = wait_in_host(host, j, id, wait)? {

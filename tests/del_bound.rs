@@ -1,0 +1,139 @@
+//! DEL's time bound (`DEL_BUDGET`, 60 s from the process start): every wait of a DEL
+//! gets only what is left of it, a rebind turn must begin 20 s before it ends, and a
+//! DEL that runs out answers code 11 with its journal kept; the retry then restores
+//! the host. The bound is shown without waiting it out: the test builds' seam
+//! `IB_SRIOV_TEST_STARTED_AGO_MS` (feature `failpoints`) moves the process start into
+//! the past. Needs root (netns, veth).
+
+mod common;
+
+use common::lab::Lab;
+use serde_json::json;
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+/// The per-VF lock held by another process until the returned child is killed.
+fn hold_vf_lock(lab: &Lab, vf: &str) -> std::process::Child {
+    let dir = lab.state.join("locks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{vf}.lock"));
+    File::create(&path).unwrap();
+    // -o: the lock stays with flock(1) itself (not the sleep), so killing it frees it.
+    let mut child = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&path)
+        .args(["sleep", "120"])
+        .spawn()
+        .expect("flock(1) from util-linux");
+    // Until flock(1) holds it: a non-blocking try from here fails.
+    let t0 = Instant::now();
+    loop {
+        let st = std::process::Command::new("flock")
+            .args(["-n", path.to_str().unwrap(), "true"])
+            .status()
+            .unwrap();
+        if !st.success() {
+            return child;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "flock(1) never held {path:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A busy VF lock with `lockTimeoutMs` at its maximum (10 min): a DEL 58 s into its
+/// time gives up within the 2 s left, with code 11 naming the bound, keeps the
+/// journal, and the retry restores the host.
+#[test]
+fn a_busy_vf_lock_cannot_take_del_past_60_s() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(0).addr.clone();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["lockTimeoutMs"] = json!(600_000);
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    lab.add("bound-1", &pod, &conf).expect_ok();
+    let mut holder = hold_vf_lock(&lab, &vf);
+    let t0 = Instant::now();
+    let r = lab.run(
+        "DEL",
+        "bound-1",
+        pod.netns(),
+        &conf,
+        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "58000")],
+    );
+    let took = t0.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let e = r.expect_code(11);
+    assert!(
+        took < Duration::from_secs(6),
+        "DEL waited {took:?} of a 10 min lockTimeoutMs"
+    );
+    assert!(e["msg"].as_str().unwrap().contains("within 60 s"), "{e}");
+    assert_eq!(lab.journals().len(), 1, "journal kept for the retry");
+    lab.del("bound-1", pod.netns(), &conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// A DEL that must rebind (to restore the GUID) begins it only while 20 s of its 60 s
+/// are left: 45 s in, it answers 11 before touching the driver; the retry restores.
+#[test]
+fn a_rebind_turn_must_begin_by_40_s() {
+    let lab = Lab::default();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["runtimeConfig"] = json!({"infinibandGUID": "02:00:00:00:00:00:0b:01"});
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    lab.add("bound-2", &pod, &conf).expect_ok();
+    let binds = lab.driver_file("mlx5_core", "bind");
+    let r = lab.run(
+        "DEL",
+        "bound-2",
+        pod.netns(),
+        &conf,
+        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "45000")],
+    );
+    let e = r.expect_code(11);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(msg.contains("within 40 s"), "{e}");
+    assert_eq!(
+        lab.driver_file("mlx5_core", "bind"),
+        binds,
+        "no rebind begun"
+    );
+    assert_eq!(lab.journals().len(), 1);
+    lab.del("bound-2", pod.netns(), &conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
+/// The same DEL with time left is not cut: the bound applies to DEL only, and an ADD
+/// started "58 s ago" still waits its lockTimeoutMs for a VF lock (ADD keeps the 80 s
+/// verb bound for rebinds only).
+#[test]
+fn add_is_not_cut_by_del_bound() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(0).addr.clone();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["lockTimeoutMs"] = json!(1500);
+    let pod = lab.host.new_pod();
+    let mut holder = hold_vf_lock(&lab, &vf);
+    let t0 = Instant::now();
+    let r = lab.run(
+        "ADD",
+        "bound-3",
+        pod.netns(),
+        &conf,
+        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "58000")],
+    );
+    let took = t0.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    r.expect_code(11);
+    assert!(took >= Duration::from_millis(1400), "ADD waited {took:?}");
+    lab.del("bound-3", pod.netns(), &conf).expect_ok();
+}

@@ -1,0 +1,309 @@
+//! Rolling a node back to the Go ib-sriov-cni with pods running: ADD also writes the
+//! Go plugin's cache file (`goCacheDir`, default `/var/lib/cni/ib-sriov`), byte for
+//! byte what the Go plugin writes for the same stdin (fixtures in
+//! `tests/fixtures/go-cache/`, generated from its own types at
+//! k8snetworkplumbingwg/ib-sriov-cni 543060da) plus our marker key, so the Go plugin's
+//! DEL can undo an attachment we made. The Go plugin's DEL is played here by
+//! [`go_del`], which follows its `cmdDel` (cmd/ib-sriov-cni/main.go at 543060da: IPAM
+//! `ExecDel` with the DEL's stdin, nothing more when the netns is gone,
+//! `sriovManager.ReleaseVF`, `ResetVFConfig`, then `utils.CleanCachedNetConf`), acting on
+//! the emulated host's sysfs and netns as the Go code acts on the kernel. Then (the node
+//! upgraded again) our DEL of the same attachment must touch nothing and succeed.
+//! Needs root (netns, veth) and Debian's host-local (containernetworking-plugins).
+
+mod common;
+
+use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::gofix::*;
+use common::lab::Lab;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const OTHER_BOOT: &str = "6f1c7d0e-0000-4000-8000-000000000042";
+
+/// The config of fixture `f` for our binary: the fixture's stdin, with the lab's
+/// stateDir, host-local dataDir and a goCacheDir of its own.
+fn conf(lab: &Lab, f: &Value) -> (Value, PathBuf) {
+    let dir = lab.host.root().join("var-lib-cni-ib-sriov");
+    let mut c = del_conf(lab, f);
+    c["goCacheDir"] = json!(dir);
+    (c, dir)
+}
+
+/// What the Go plugin's `cmdDel` does with its cache file `cache` for the DEL of
+/// `f`'s attachment in `pod` (stdin `conf`), on the emulated host. The VF GUID and link
+/// state are set through the MLNX_OFED sysfs files the emulated PF has (Go sets them
+/// with PF netlink; the effect on the VF is the same), the rebind through the driver's
+/// `unbind`/`bind` files.
+fn go_del(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path) {
+    let c: Value = serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
+    // IPAM first, with the DEL call's own stdin (the cache keeps only ipam.type).
+    if let Some(t) = c["ipam"]["type"].as_str().filter(|t| !t.is_empty()) {
+        let mut ipam_conf = conf.clone();
+        ipam_conf.as_object_mut().unwrap().remove("stateDir");
+        let bin = common::lab::bin().parent().unwrap().join(t);
+        let bin = if bin.exists() {
+            bin
+        } else {
+            Path::new(DEBIAN_CNI).join(t)
+        };
+        let out = lab.host.run_plugin(
+            &bin,
+            "DEL",
+            f["containerID"].as_str().unwrap(),
+            pod.netns(),
+            "net1",
+            &ipam_conf.to_string(),
+            &[("CNI_PATH", DEBIAN_CNI)],
+        );
+        assert!(out.status.success(), "{t} DEL: {out:?}");
+    }
+    if pod.exists() {
+        let vfio = c["vfioPciMode"] == true;
+        let vf: u32 = c["VFID"].as_u64().unwrap() as u32;
+        let emu = lab.host.vf(vf);
+        // ReleaseVF: down, renamed to HostIFNames, moved to the host netns.
+        if !vfio {
+            let host = c["HostIFNames"].as_str().unwrap();
+            for args in [
+                vec!["ip", "link", "set", "net1", "down"],
+                vec!["ip", "link", "set", "net1", "name", host],
+            ] {
+                assert!(pod.exec(&args).status.success(), "{args:?}");
+            }
+            let to = lab.host.host_netns();
+            assert!(pod
+                .exec(&["ip", "link", "set", host, "netns", to])
+                .status
+                .success());
+        }
+        // ResetVFConfig: the GUID ADD was given back as HostIFGUID (all-zero read as
+        // all-ones), node and port, then the rebind (not in vfio mode); link state auto.
+        if let Some(g) = c["HostIFGUID"].as_str().filter(|g| !g.is_empty()) {
+            let g = g.to_lowercase();
+            let g = if g == "00:00:00:00:00:00:00:00" {
+                "ff:ff:ff:ff:ff:ff:ff:ff".to_string()
+            } else {
+                g
+            };
+            std::fs::write(emu.ofed_node().unwrap(), format!("{g}\n")).unwrap();
+            std::fs::write(emu.ofed_port().unwrap(), format!("{g}\n")).unwrap();
+            if !vfio {
+                let drivers = lab.host.root().join("bus/pci/drivers/mlx5_core");
+                std::fs::write(drivers.join("unbind"), &emu.addr).unwrap();
+                std::fs::write(drivers.join("bind"), &emu.addr).unwrap();
+            }
+        }
+        if c["link_state"].as_str().is_some_and(|s| !s.is_empty()) {
+            std::fs::write(emu.ofed_policy().unwrap(), "Follow\n").unwrap();
+        }
+    }
+    std::fs::remove_file(cache).unwrap();
+}
+
+/// The fixture's cache file, and ours with its marker (the last key) cut off.
+fn compare_with_fixture(f: &Value, cache: &Path) {
+    let ours = std::fs::read_to_string(cache).unwrap();
+    let v: Value = serde_json::from_str(&ours).unwrap();
+    assert!(
+        v["x-ib-sriov"]["bootId"].is_string(),
+        "our marker records the boot: {ours}"
+    );
+    let cut = ours.find(",\"x-ib-sriov\":").unwrap();
+    let go = std::fs::read_to_string(
+        fixtures()
+            .join("ib-sriov")
+            .join(f["file"].as_str().unwrap()),
+    )
+    .unwrap();
+    assert_eq!(format!("{}}}", &ours[..cut]), go, "{}", f["name"]);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(cache), 0o600);
+    assert_eq!(mode(cache.parent().unwrap()), 0o700);
+}
+
+/// ADD by us, DEL by the Go plugin, then DEL by us again: the cache file is Go's byte
+/// for byte; Go's DEL leaves the host as it leaves its own attachments (`expect`
+/// adjusts the pre-ADD snapshot); our later DEL succeeds touching nothing; the VF is
+/// free for the next pod, whose ADD and DEL work as usual.
+fn rollback_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSnapshot)) {
+    let lab = Lab::new(opts);
+    let f = manifest(name);
+    let (conf, dir) = conf(&lab, &f);
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    run(&lab, "ADD", &f, &pod, &conf).expect_ok();
+    let cache = dir.join(f["file"].as_str().unwrap());
+    compare_with_fixture(&f, &cache);
+    let network = f["stdin"]["name"].as_str().unwrap();
+    let vfio = f["stdin"]["vfioPciMode"] == true;
+    if !vfio {
+        assert_eq!(host_local_held(&lab, network).len(), 1);
+    }
+
+    go_del(&lab, &f, &pod, &conf, &cache);
+    let mut want = before.clone();
+    expect(&lab, &mut want);
+    assert_eq!(
+        lab.host.snapshot(),
+        want,
+        "{name}: host after the Go plugin's DEL"
+    );
+    assert!(
+        host_local_held(&lab, network).is_empty(),
+        "Go's DEL released the IP"
+    );
+    assert_eq!(pod.links(), vec!["lo"]);
+
+    // Upgraded again: the kubelet's DEL of the same attachment reaches our binary.
+    assert_eq!(lab.journals().len(), 1, "our journal outlived the rollback");
+    run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+    assert_eq!(lab.host.snapshot(), want, "our DEL touched nothing");
+
+    // The VF is free: another pod's ADD and DEL.
+    let pod2 = lab.host.new_pod();
+    let mut f2 = f.clone();
+    f2["containerID"] = json!(format!("{}-2", &f["containerID"].as_str().unwrap()[..60]));
+    run(&lab, "ADD", &f2, &pod2, &conf).expect_ok();
+    run(&lab, "DEL", &f2, &pod2, &conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert!(
+        !dir.join(format!("{}-net1", f2["containerID"].as_str().unwrap()))
+            .exists(),
+        "our DEL removes the cache file our ADD wrote"
+    );
+}
+
+#[test]
+fn rollback_guid_and_host_local() {
+    rollback_case("a-guid-hostlocal", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 0);
+        // Go gives node and port the port GUID it read before ADD.
+        ofed(
+            lab,
+            v,
+            lab.host.vf(0).ofed_node(),
+            "02:00:00:00:00:02:00:00",
+        );
+    });
+}
+
+#[test]
+fn rollback_without_guid() {
+    rollback_case("b-noguid-hostlocal", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 2);
+    });
+}
+
+#[test]
+fn rollback_link_state() {
+    rollback_case("c-linkstate-enable", EmuOptions::default(), |lab, v| {
+        netdev_down(lab, v, 3);
+        ofed(lab, v, lab.host.vf(3).ofed_policy(), "Follow");
+    });
+}
+
+#[test]
+fn rollback_vfio() {
+    rollback_case(
+        "d-vfio",
+        EmuOptions {
+            vfio: vec![1],
+            ..Default::default()
+        },
+        |lab, v| {
+            let vf = lab.host.vf(1);
+            ofed(lab, v, vf.ofed_node(), "ff:ff:ff:ff:ff:ff:ff:ff");
+            ofed(lab, v, vf.ofed_port(), "ff:ff:ff:ff:ff:ff:ff:ff");
+        },
+    );
+}
+
+/// A cache file our ADD wrote in an earlier boot is never acted on: the DEL that finds
+/// it without a journal (the reboot emptied /run) releases the IP, removes the file and
+/// does not touch the VF.
+#[test]
+fn cache_file_from_an_earlier_boot_is_not_acted_on() {
+    let lab = Lab::default();
+    let f = manifest("a-guid-hostlocal");
+    let (conf, dir) = conf(&lab, &f);
+    let pod = lab.host.new_pod();
+    run(&lab, "ADD", &f, &pod, &conf).expect_ok();
+    let cache = dir.join(f["file"].as_str().unwrap());
+    assert!(cache.exists());
+    // The "reboot": /run emptied, a new boot ID. The pod netns is kept here only to
+    // show that nothing is moved out of it.
+    std::fs::remove_dir_all(&lab.state).unwrap();
+    let attached = lab.host.snapshot();
+    let cni_path = format!(
+        "{}:{DEBIAN_CNI}",
+        common::lab::bin().parent().unwrap().display()
+    );
+    let out = lab.run(
+        "DEL",
+        f["containerID"].as_str().unwrap(),
+        pod.netns(),
+        &conf,
+        &[
+            ("CNI_PATH", cni_path.as_str()),
+            ("IB_SRIOV_TEST_BOOT_ID", OTHER_BOOT),
+        ],
+    );
+    out.expect_ok();
+    assert!(!cache.exists(), "the stale cache file is removed");
+    assert!(host_local_held(&lab, "ib-sriov-network").is_empty());
+    assert_eq!(lab.host.snapshot(), attached, "the VF was not touched");
+    assert!(pod.links().contains(&"net1".to_string()));
+}
+
+/// Crash safety around the cache file: ADD killed right after writing it (journal not
+/// complete) and DEL killed right after removing it (journal still there) both end,
+/// after a retried DEL, with the host as before and no file left.
+#[test]
+fn killed_around_the_cache_file() {
+    for (verb, fp) in [("ADD", "add.go_cache"), ("DEL", "del.go_cache")] {
+        let lab = Lab::default();
+        let f = manifest("a-guid-hostlocal");
+        let (conf, dir) = conf(&lab, &f);
+        let pod = lab.host.new_pod();
+        let before = lab.host.snapshot();
+        let cache = dir.join(f["file"].as_str().unwrap());
+        let cni_path = format!(
+            "{}:{DEBIAN_CNI}",
+            common::lab::bin().parent().unwrap().display()
+        );
+        let cid = f["containerID"].as_str().unwrap();
+        let env = [
+            ("CNI_PATH", cni_path.as_str()),
+            ("IB_SRIOV_FAILPOINTS", &format!("{fp}=kill")),
+        ];
+        if verb == "DEL" {
+            run(&lab, "ADD", &f, &pod, &conf).expect_ok();
+        }
+        let out = lab.run(verb, cid, pod.netns(), &conf, &env);
+        assert!(!out.ok, "{verb} was killed at {fp}");
+        assert_eq!(cache.exists(), verb == "ADD", "{fp}");
+        assert_eq!(lab.journals().len(), 1, "{fp}");
+        run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+        assert!(!cache.exists(), "{fp}");
+        assert!(lab.journals().is_empty(), "{fp}");
+        assert!(host_local_held(&lab, "ib-sriov-network").is_empty(), "{fp}");
+        assert_eq!(pod.links(), vec!["lo"], "{fp}");
+        assert_eq!(lab.host.snapshot(), before, "{fp}: host restored");
+    }
+}
+
+/// `"goCacheDir": ""` writes no cache file.
+#[test]
+fn empty_go_cache_dir_writes_none() {
+    let lab = Lab::default();
+    let f = manifest("b-noguid-hostlocal");
+    let (mut conf, dir) = conf(&lab, &f);
+    conf["goCacheDir"] = json!("");
+    let pod = lab.host.new_pod();
+    run(&lab, "ADD", &f, &pod, &conf).expect_ok();
+    assert!(!dir.exists());
+    run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+}
