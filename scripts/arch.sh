@@ -1,5 +1,5 @@
 # Sourced by build.sh, deps.sh, image.sh, cross-check.sh and image-test.sh: what each
-# architecture the image ships is called by each tool, in one table (README
+# architecture the image ships is called by each tool, in one table (docs/install.md
 # "Architectures"; the Go ib-sriov-cni release image's platforms, its
 # .github/workflows/image-push-release.yaml).
 #

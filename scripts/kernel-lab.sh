@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-kernel lab (README "Real-kernel lab"): runs the plugin's real-kernel tests
+# Real-kernel lab (docs/testing.md "Real-kernel lab"): runs the plugin's real-kernel tests
 # (tests/real_kernel.rs) inside a QEMU guest (TCG, no KVM needed) booted with virtme-ng
 # on this machine's root filesystem, with an emulated Intel 82576 (`igb`) SR-IOV PF.
 # The guest creates two igbvf VFs, loads rdma_rxe and runs every test of
@@ -76,7 +76,7 @@ if [[ "${1:-}" == --guest ]]; then
     unset IB_SRIOV_SYSFS_ROOT
     mkdir -p /run/netns "$out/tests"
 
-    # udev runs in the guest as on every real node (README): virtme-ng starts the host's
+    # udev runs in the guest as on every real node (docs/testing.md): virtme-ng starts the host's
     # systemd-udevd (scripts/deps.sh lab installs udev), else it is started here. Its
     # renames to predictable names and its alternative names (a VF netdev returned from a
     # deleted netns gets its original name as an altname) are part of what the tests

@@ -209,7 +209,7 @@ const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
 ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
-what is wrong with it, read-only (`ib-sriov doctor --help`; README \"Diagnosing a node\").";
+what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").";
 
 /// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
 /// skel do: `-v`/`--version` (Go's flag package also takes `-version`, `--v`): the

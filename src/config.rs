@@ -2,7 +2,7 @@
 //! (k8snetworkplumbingwg/ib-sriov-cni `pkg/types/types.go`) plus this plugin's own
 //! (`logLevel`, `logFile`, `stateDir`), parsed and validated before the host is touched.
 //!
-//! Every key is documented in README.md, "Configuration reference".
+//! Every key is documented in docs/configuration.md, "Configuration reference".
 
 use crate::cni::{parse_version, CniError, CniOutput, Command, Version};
 use crate::types::{Guid, LinkState, PciAddress};
@@ -156,7 +156,7 @@ pub struct NetConf {
     pub warnings: Vec<String>,
 }
 
-/// The top-level keys this plugin reads ([`NetConf`]; README "Configuration reference").
+/// The top-level keys this plugin reads ([`NetConf`]; docs/configuration.md "Configuration reference").
 pub const KNOWN_KEYS: &[&str] = &[
     "cniVersion",
     "name",
@@ -198,7 +198,7 @@ pub const QUIET_KEYS: &[&str] = &[
 /// ib-sriov-cni `pkg/types/types.go`): accepted and ignored, with a warning naming them.
 pub const GO_ONLY_KEYS: &[&str] = &["publishPfGuid", "kubeconfig"];
 
-/// The built-in IPAM's keys (host-local's format, README "Built-in IPAM").
+/// The built-in IPAM's keys (host-local's format, docs/configuration.md "Built-in IPAM").
 pub const BUILTIN_IPAM_KEYS: &[&str] = &[
     "type",
     "subnet",
@@ -305,7 +305,7 @@ pub fn sniff_version(stdin: &[u8]) -> Option<String> {
 }
 
 /// Checks the network `name`: it names the built-in IPAM store's directory
-/// `<dataDir>/<name>` (README "Built-in IPAM"), so it must be one safe path component:
+/// `<dataDir>/<name>` (docs/configuration.md "Built-in IPAM"), so it must be one safe path component:
 /// non-empty, at most 255 bytes (`NAME_MAX`), not `.` or `..`, without `/`, NUL or any
 /// control character (rules of [`crate::ipam::validate_network_name`]). Checked for every
 /// verb at parse time, before anything touches the filesystem (STATUS and GC included).

@@ -1,5 +1,5 @@
 //! The Go ib-sriov-cni's per-attachment cache, read so that pods the Go plugin attached
-//! can be deleted after the binary was swapped in place (README "Upgrading from the Go
+//! can be deleted after the binary was swapped in place (docs/upgrading.md "Upgrading from the Go
 //! plugin").
 //!
 //! Format (k8snetworkplumbingwg/ib-sriov-cni 543060da, `pkg/utils/utils.go`

@@ -1,6 +1,6 @@
 //! `ib-sriov`: a CNI plugin that attaches InfiniBand SR-IOV virtual functions to pods.
 //!
-//! Layers (see README.md, "Architecture"):
+//! Layers (see docs/design.md, "How it fits together"):
 //! - [`cni`]: the protocol (environment, versions, results, errors); knows nothing of VFs.
 //! - [`config`]: the network configuration of this plugin, validated up front.
 //! - host adapters: [`sysfs`] (PCI/SR-IOV topology), [`netlink`] (links, addresses,

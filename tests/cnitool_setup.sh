@@ -98,7 +98,7 @@ host_state >"$tmp/host.before"
 netns_list >"$tmp/netns.before"
 cache_list >"$tmp/cache.before"
 
-setup() { # setup <out-file> VAR=value...: conf/cnitool-setup.sh as the README says, in the host netns
+setup() { # setup <out-file> VAR=value...: conf/cnitool-setup.sh as docs/install.md "Hand testing with cnitool" says, in the host netns
     local out="$1" rc=0
     shift
     ip netns exec "$host" env IB_SRIOV_SYSFS_ROOT="$root" PATH="$tmp/wrap:$PATH" \

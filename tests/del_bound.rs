@@ -12,7 +12,9 @@ use serde_json::json;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-/// The per-VF lock held by another process until the returned child is killed.
+/// The per-VF lock held by another process until the returned child is killed (the
+/// caller kills and waits for it).
+#[allow(clippy::zombie_processes)]
 fn hold_vf_lock(lab: &Lab, vf: &str) -> std::process::Child {
     let dir = lab.state.join("locks");
     std::fs::create_dir_all(&dir).unwrap();
@@ -35,10 +37,11 @@ fn hold_vf_lock(lab: &Lab, vf: &str) -> std::process::Child {
         if !st.success() {
             return child;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "flock(1) never held {path:?}"
-        );
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("flock(1) never held {path:?}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }

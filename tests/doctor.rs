@@ -370,7 +370,7 @@ fn doctor_reports_each_finding_and_survives_hostile_files() {
         .expect_ok();
 }
 
-/// VFs without a GUID (README "VFs without a GUID"): per VF, the GUID the operator's file
+/// VFs without a GUID (docs/configuration.md "VFs without a GUID"): per VF, the GUID the operator's file
 /// gives it and the one `deriveGuid` would give it. Four node states, each a golden:
 /// - `guids-file`: a file whose entry for the PF (by pciAddress) lists two GUIDs: VFs 0
 ///   and 1 get theirs (info), VFs 2 and 3 are past the end of the list (error);
@@ -504,6 +504,25 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         c["logLevel"] = json!("warn");
         c
     };
+    let vf2 = lab.host.vf(2);
+    for f in [vf2.ofed_node(), vf2.ofed_port()] {
+        std::fs::write(f.unwrap(), "00:00:00:00:00:00:00:00\n").unwrap();
+    }
+    let zero_guid_vf = || {
+        let mut c = lab.conf("1.0.0", 2);
+        c["logLevel"] = json!("warn");
+        c["guidFile"] = json!(lab.host.root().join("no-guid-file"));
+        c
+    };
+    // The same file for ADD (the real path) and the doctor (under the host root).
+    let bad_guid_file = lab.host.root().join("guids");
+    std::fs::write(&bad_guid_file, "[{\"pciAddress\": 7}]").unwrap();
+    mirror(h.path(), &bad_guid_file, &bad_guid_file);
+    mirror(
+        h.path(),
+        &lab.host.root().join("no-guid-file"),
+        &lab.host.root().join("no-guid-file"),
+    );
     let rows: Vec<(&str, Value)> = vec![
         ("link_state typo", {
             let mut c = base();
@@ -544,6 +563,22 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         ("ipam range outside its subnet", {
             let mut c = base();
             c["ipam"]["rangeStart"] = json!("10.99.0.10");
+            c
+        }),
+        // The GUID rule, on VF 2 whose GUID is all-zero (in this order: the last row
+        // gives it the derived GUID, which it keeps).
+        ("VF without a GUID, malformed guidFile", {
+            let mut c = zero_guid_vf();
+            c["guidFile"] = json!(bad_guid_file);
+            c
+        }),
+        (
+            "VF without a GUID, no guidFile entry, no deriveGuid",
+            zero_guid_vf(),
+        ),
+        ("VF without a GUID, deriveGuid", {
+            let mut c = zero_guid_vf();
+            c["deriveGuid"] = json!(true);
             c
         }),
     ];
@@ -619,4 +654,43 @@ fn help_lists_doctor() {
         text.contains("ib-sriov doctor [--json] [--conf FILE]") && text.contains("read-only"),
         "{text}"
     );
+}
+
+/// Rollback readiness: an attachment whose ADD wrote no Go plugin cache file
+/// (`goCacheDir` `""`) is `rollback-unready`; one whose file the Go plugin's DEL removed
+/// is `undone-by-go`; one with its file is neither.
+#[test]
+fn doctor_reports_rollback_readiness() {
+    let lab = Lab::default();
+    let h = HostRoot::new(&lab);
+    let (p0, p1, p2) = (lab.host.new_pod(), lab.host.new_pod(), lab.host.new_pod());
+    let mut no_file = lab.conf("1.0.0", 0);
+    no_file["goCacheDir"] = json!("");
+    lab.add("nofile", &p0, &no_file).expect_ok();
+    lab.add("undone", &p1, &lab.conf("1.0.0", 1)).expect_ok();
+    lab.add("ready", &p2, &lab.conf("1.0.0", 2)).expect_ok();
+    std::fs::remove_file(h.go_cache.join("undone-net1")).unwrap();
+    assert!(h.go_cache.join("ready-net1").exists());
+    let out = doctor(&lab, &h, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |code: &str| -> Vec<String> {
+        j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == code)
+            .map(|f| f["subject"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(find("rollback-unready"), vec![lab.host.vf(0).addr.clone()]);
+    assert_eq!(find("undone-by-go"), vec![lab.host.vf(1).addr.clone()]);
+    // The file of a live attachment is not shown as a second (Go) holder of its VF.
+    assert!(find("vf-held-twice").is_empty(), "{j}");
+    lab.del("nofile", p0.netns(), &no_file).expect_ok();
+    lab.del("undone", p1.netns(), &lab.conf("1.0.0", 1))
+        .expect_ok();
+    lab.del("ready", p2.netns(), &lab.conf("1.0.0", 2))
+        .expect_ok();
+    assert!(!h.go_cache.join("ready-net1").exists());
+    assert!(lab.journals().is_empty());
 }

@@ -3,7 +3,7 @@
 //! bound, and changes nothing (host links and OFED files, journals, IPAM store, no stray
 //! file or directory). Needs root.
 //!
-//! Covers the input bounds of README "Errors" / the module docs of src/cli.rs,
+//! Covers the input bounds of docs/operations.md "Errors" / the module docs of src/cli.rs,
 //! src/config.rs, src/cni/{env,args,exec}.rs, src/netns.rs, src/logging.rs,
 //! src/fsutil.rs and src/ipam/{disk,lock}.rs.
 

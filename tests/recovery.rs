@@ -150,7 +150,7 @@ fn a_name_held_by_another_netdev_of_the_vf_is_waited_for() {
 }
 
 /// The original name taken by a foreign link while the pod netns is gone: the VF comes
-/// back under its pod name and DEL gives it the `ibvf%d` fallback (README "Failures and
+/// back under its pod name and DEL gives it the `ibvf%d` fallback (docs/operations.md "Failures and
 /// what the plugin does"), leaving the squatter alone; a second DEL changes nothing.
 #[test]
 fn original_name_taken_with_the_pod_gone_falls_back() {

@@ -1,4 +1,4 @@
-//! VFs that come up without a GUID (README "VFs without a GUID"), on the emulated host:
+//! VFs that come up without a GUID (docs/configuration.md "VFs without a GUID"), on the emulated host:
 //! the SR-IOV operator's GUID file (`guidFile`), the derived GUID (`deriveGuid`), the
 //! error that names both, and DEL leaving such a GUID on the VF. The real binary, as
 //! root; the derived GUIDs are checked against the rule computed here, independently of

@@ -1,4 +1,4 @@
-//! A PF whose VF table does not fit the kernel's single RTM_GETLINK reply (README "VF
+//! A PF whose VF table does not fit the kernel's single RTM_GETLINK reply (docs/configuration.md "VF
 //! state on a PF of any size"), on the emulated host. The kernels that answer `EMSGSIZE`
 //! cannot be booted here, so the answer is injected at the fail points
 //! `netlink.vf_get` (the single request) and `netlink.vf_dump` (the link dump) of the

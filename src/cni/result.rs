@@ -172,7 +172,7 @@ impl CniOutput {
     /// `pkg/types/040` `convertTo02x` does): the first IPv4 address in `ip4`, the first
     /// IPv6 address in `ip6`, each with its gateway and the routes of its family; no
     /// `interfaces`. A result without addresses (no IPAM) prints only `cniVersion` and
-    /// `dns` (libcni refuses to convert it; see README "Differences from the Go plugin").
+    /// `dns` (libcni refuses to convert it; see docs/design.md "Differences from the Go plugin").
     fn to_json_020(&self, version: Version) -> Value {
         let mut out = Map::new();
         out.insert("cniVersion".into(), json!(version.as_str()));

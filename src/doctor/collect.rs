@@ -73,6 +73,11 @@ pub enum Note {
     /// A journal recorded an original VF attribute as unknown: (attachment, VF, which:
     /// `link state` or `GUID`).
     OriginalUnknown(String, String, &'static str),
+    /// A complete journal and the Go plugin's cache file of its attachment (what a
+    /// rollback to the Go plugin needs, [`crate::gocache::render`]): (attachment, VF,
+    /// `none`: ADD wrote none (a version before `goCacheDir`, or `goCacheDir` `""`);
+    /// `gone`: the Go plugin's DEL undid the attachment and removed it).
+    GoCache(String, String, &'static str),
 }
 
 /// Reads `path`, at most [`MAX_ATTR`] bytes, trimmed; `None` when unreadable.
@@ -240,6 +245,24 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                     ..
                 } => notes.push(Note::OriginalUnknown(att.clone(), j.vf.to_string(), "GUID")),
                 _ => {}
+            }
+        }
+        if j.complete && !crate::boot::is_other(j.boot_id.as_deref()) {
+            let file = j.steps.iter().find_map(|s| match s {
+                Step::GoCache { path, .. } => Some(path),
+                _ => None,
+            });
+            match file {
+                None => notes.push(Note::GoCache(att.clone(), j.vf.to_string(), "none")),
+                // Where the host has it (under --host-root), or in the Go plugin's
+                // directory there by its name.
+                Some(p) => {
+                    let there = |q: &Path| std::fs::symlink_metadata(q).is_ok();
+                    let by_name = p.file_name().map(|n| paths.legacy.join(n));
+                    if !there(&paths.host(p)) && !by_name.as_deref().is_some_and(there) {
+                        notes.push(Note::GoCache(att.clone(), j.vf.to_string(), "gone"));
+                    }
+                }
             }
         }
         if j.rdma_isolation == Some(true) {

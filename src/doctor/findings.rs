@@ -1,5 +1,5 @@
 //! The doctor's rules: what is wrong on the node, each finding with its severity and a
-//! one-line fix (README "Diagnosing a node" lists the codes).
+//! one-line fix (docs/operations.md "Diagnosing a node" lists the codes).
 
 use super::collect::Note;
 use super::report::{Finding, Report, Severity};
@@ -75,6 +75,20 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 } else {
                     "nothing to do: DEL restores link state auto, what a new VF has"
                 },
+            )),
+            Note::GoCache(att, vf, "none") => out.push(finding(
+                Warning,
+                "rollback-unready",
+                vf,
+                format!("{att} (VF {vf}) has no Go plugin cache file: after a rollback to the Go ib-sriov-cni, its DEL would find nothing to undo and leave the VF in the pod"),
+                "before rolling this node back, let this pod end (or re-create it) under this version with goCacheDir set (the default)",
+            )),
+            Note::GoCache(att, vf, _) => out.push(finding(
+                Info,
+                "undone-by-go",
+                vf,
+                format!("{att} (VF {vf}) was undone by the Go ib-sriov-cni's DEL (its cache file is gone); the journal is left from before the rollback"),
+                "nothing to do: the next DEL or GC of it drops the journal without touching the VF",
             )),
             Note::IbKubernetes(_) | Note::WantsIsolation(_) => {}
         }
@@ -176,7 +190,7 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 "the SR-IOV operator's VF GUID file is invalid: {}",
                 r.guid_file.error.as_deref().unwrap_or("?")
             ),
-            "correct it (format: README \"VFs without a GUID\"); until then an ADD of a VF without a GUID fails with code 7, and so does the operator",
+            "correct it (format: docs/configuration.md \"VFs without a GUID\"); until then an ADD of a VF without a GUID fails with code 7, and so does the operator",
         ));
     }
     let ib_k8s: Vec<&str> = notes

@@ -1,5 +1,5 @@
 //! `ib-sriov doctor`: the node's InfiniBand SR-IOV state as the plugin sees it, and what
-//! is wrong with it (README "Diagnosing a node"). Read-only: it writes nothing, takes no
+//! is wrong with it (docs/operations.md "Diagnosing a node"). Read-only: it writes nothing, takes no
 //! lock, changes no device. A CNI runtime never passes arguments, so `doctor` as the
 //! first argument cannot collide with a CNI invocation.
 //!
@@ -14,6 +14,7 @@ pub mod report;
 pub mod text;
 
 use report::{ConfCheck, Finding, Report, Severity};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Largest `--conf` file read, in bytes (the plugin's stdin bound).
@@ -22,7 +23,7 @@ const MAX_CONF: u64 = 4 << 20;
 /// Usage text.
 pub const USAGE: &str =
     "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
-  --json           the report as JSON (schemaVersion 1, README \"Diagnosing a node\")
+  --json           the report as JSON (schemaVersion 1, docs/operations.md \"Diagnosing a node\")
   --conf FILE      also validate a network configuration or conflist as ADD would
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
   --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)
@@ -111,7 +112,20 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
     let (mut report, notes) = collect::collect(paths);
     let mut findings = findings::evaluate(&report, &notes);
     if let Some(p) = conf {
-        let (checks, mut f) = check_conf(p, paths);
+        // Each VF's GUID as the report read it: its IPoIB address's port GUID when it
+        // has a netdev in the host, else the node GUID, else the port GUID.
+        let parse = |g: &Option<String>| g.as_deref().and_then(|g| g.parse().ok());
+        let vf_guids = report
+            .vfs
+            .iter()
+            .map(|v| {
+                let g = parse(&v.ipoib_guid)
+                    .or_else(|| parse(&v.node_guid))
+                    .or_else(|| parse(&v.port_guid));
+                (v.pci.clone(), g)
+            })
+            .collect();
+        let (checks, mut f) = check_conf(p, paths, &vf_guids);
         report.conf = checks;
         findings.append(&mut f);
         findings.sort_by(|a, b| {
@@ -128,7 +142,11 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 /// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
 /// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
 /// device, i.e. one Multus fills on every node (`conf-node-local-range`).
-fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>, Vec<Finding>) {
+fn check_conf(
+    path: &std::path::Path,
+    paths: &collect::Paths,
+    vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
+) -> (Vec<ConfCheck>, Vec<Finding>) {
     let subject = path.display().to_string();
     let bad = |msg: String| {
         Finding {
@@ -136,7 +154,7 @@ fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>
         code: "conf-invalid".into(),
         subject: subject.clone(),
         message: msg,
-        fix: "correct the configuration (README \"Configuration\"); ADD would refuse it before any change".into(),
+        fix: "correct the configuration (docs/configuration.md \"Configuration reference\"); ADD would refuse it before any change".into(),
     }
     };
     let bytes = match crate::fsutil::read_regular_bounded(path, MAX_CONF) {
@@ -178,7 +196,7 @@ fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>
             .and_then(|n| n.as_str())
             .unwrap_or("?")
             .to_string();
-        match conf_error(&e, paths) {
+        match conf_error(&e, paths, vf_guids) {
             Ok(conf) => {
                 for w in &conf.warnings {
                     let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
@@ -190,7 +208,7 @@ fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>
                         fix: if unknown {
                             "correct or remove the key: ADD ignores it (and logs this warning)"
                         } else {
-                            "ADD logs this warning and goes on; see README \"Configuration reference\""
+                            "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
                         }
                         .into(),
                     });
@@ -231,13 +249,19 @@ fn check_conf(path: &std::path::Path, paths: &collect::Paths) -> (Vec<ConfCheck>
 /// runtime's `CNI_PATH`), and, when it names a device, the device under the host root
 /// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
 /// isolation rule against this node's RDMA netns mode
-/// ([`crate::plugin::rdma::plan_for`]). GUID rules that need the pod (ib-kubernetes'
-/// annotation) are not checked.
+/// ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose GUID is not
+/// usable (`vf_guids`: the GUID the report read for it) needs a GUID from the pod, else
+/// one from `guidFile` (read under the host root) or `deriveGuid`, else ADD answers
+/// code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted `guidFile`
+/// is code 7 too. Rules that need the pod are not checked: whether it carries a GUID
+/// (a configuration that gives none is judged as a pod without one), ib-kubernetes'
+/// annotation.
 ///
 /// Errors: the [`crate::cni::CniError`] ADD would answer, before touching the host.
 fn conf_error(
     e: &serde_json::Value,
     paths: &collect::Paths,
+    vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
 ) -> Result<crate::config::NetConf, crate::cni::CniError> {
     let conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
     let t = conf
@@ -258,6 +282,30 @@ fn conf_error(
             &dev,
             vfio,
         )?;
+        let is_vf = dev.pf != dev.addr;
+        let cur = vf_guids.get(&addr.to_string()).copied().flatten();
+        if let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) {
+            if conf.guid.is_none() && !conf.ib_kubernetes_enabled {
+                let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
+                let file = paths.host(&conf.guid_file);
+                match crate::vfguid::choose(&file, conf.derive_guid, &pf, dev.vf_index) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        return Err(crate::plugin::no_usable_guid(addr, g, &conf.guid_file))
+                    }
+                    // Named as the node names it, not under the host root.
+                    Err(e) => {
+                        return Err(crate::cni::CniError::config(format!(
+                            "VF {addr} has no usable GUID: {}",
+                            e.to_string().replace(
+                                &file.display().to_string(),
+                                &conf.guid_file.display().to_string()
+                            )
+                        )))
+                    }
+                }
+            }
+        }
     }
     Ok(conf)
 }
@@ -288,7 +336,7 @@ mod tests {
         )
         .unwrap();
         let paths = collect::Paths::under(d.path(), None, None);
-        let (checks, f) = check_conf(&p, &paths);
+        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
         assert!(
@@ -301,9 +349,11 @@ mod tests {
         )
         .unwrap();
         let paths = collect::Paths::under(d.path(), None, None);
-        let (checks, f) = check_conf(&p, &paths);
+        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "garbage").unwrap();
-        assert!(check_conf(&p, &paths).1[0].message.contains("not JSON"));
+        assert!(check_conf(&p, &paths, &BTreeMap::new()).1[0]
+            .message
+            .contains("not JSON"));
     }
 }

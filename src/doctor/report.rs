@@ -1,5 +1,5 @@
 //! The doctor's view of a node: what it prints, as serde types. This is the `--json`
-//! schema (README "Diagnosing a node"); [`SCHEMA_VERSION`] changes whenever a field is
+//! schema (docs/operations.md "Diagnosing a node"); [`SCHEMA_VERSION`] changes whenever a field is
 //! removed or changes meaning (added fields keep it).
 
 use serde::Serialize;
@@ -85,7 +85,7 @@ pub struct Pf {
     pub port_guid: Option<String>,
 }
 
-/// The operator's VF GUID file (README "VFs without a GUID").
+/// The operator's VF GUID file (docs/configuration.md "VFs without a GUID").
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuidFileState {
@@ -234,7 +234,7 @@ impl Severity {
 pub struct Finding {
     /// How bad.
     pub severity: Severity,
-    /// Stable identifier (README "Diagnosing a node" lists them), e.g. `netns-gone`.
+    /// Stable identifier (docs/operations.md "Diagnosing a node" lists them), e.g. `netns-gone`.
     pub code: String,
     /// What it is about: a VF's PCI address, a journal, a path.
     pub subject: String,

@@ -365,7 +365,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
 }
 
 /// The GUID for VF `dev`, whose current GUID `cur` is all-zero, all-ones or unreadable
-/// (`None`), when none was given (README "VFs without a GUID"): the operator's GUID file
+/// (`None`), when none was given (docs/configuration.md "VFs without a GUID"): the operator's GUID file
 /// (`guidFile`), else with `deriveGuid` the derived GUID, checked against every other VF
 /// GUID on the node. `Ok(None)` (keep what the VF has, with a warning) when the GUID is
 /// unreadable and neither applies.
@@ -373,6 +373,20 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
 /// Errors, code 7: a malformed GUID file or a VF index past its entry's list or range;
 /// `deriveGuid` without a readable PF port GUID; a derived GUID another VF already has;
 /// a zero or all-ones GUID with neither way out, naming both.
+/// ADD's answer (code 7) for VF `vf` whose GUID `g` is not usable (all-zero or
+/// all-ones) when no GUID was given and neither `guidFile` nor `deriveGuid` gives one;
+/// `ib-sriov doctor --conf` gives the same.
+pub fn no_usable_guid(
+    vf: crate::types::PciAddress,
+    g: Guid,
+    guid_file: &std::path::Path,
+) -> CniError {
+    CniError::config(format!(
+        "VF {vf} has GUID {g}, which is not a usable GUID, and none was given: give the pod one (runtimeConfig.infinibandGUID, capability infinibandGUID, or args.cni.guid), list the VF's PF in the SR-IOV operator's GUID file {} (guidFile), or set \"deriveGuid\": true in the network to derive a stable GUID from the PF's port GUID",
+        guid_file.display()
+    ))
+}
+
 fn fallback_guid(
     ctx: &Ctx,
     host: &Host,
@@ -398,10 +412,7 @@ fn fallback_guid(
         .map_err(|e| CniError::config(format!("VF {vf_addr} has no usable GUID: {e}")))?;
     let Some(f) = found else {
         return match cur {
-            Some(g) => Err(CniError::config(format!(
-                "VF {vf_addr} has GUID {g}, which is not a usable GUID, and none was given: give the pod one (runtimeConfig.infinibandGUID, capability infinibandGUID, or args.cni.guid), list the VF's PF in the SR-IOV operator's GUID file {} (guidFile), or set \"deriveGuid\": true in the network to derive a stable GUID from the PF's port GUID",
-                conf.guid_file.display()
-            ))),
+            Some(g) => Err(no_usable_guid(vf_addr, g, &conf.guid_file)),
             None => {
                 log::warn!(
                     "the GUID of VF {vf_addr} cannot be read (no netlink VF info, no OFED node file, not IPoIB); keeping whatever it has"

@@ -2,6 +2,7 @@
 //! It is the only layer that orders steps, journals them and undoes them.
 
 mod add;
+pub use add::no_usable_guid;
 mod check;
 mod del;
 pub mod errors;
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 /// How long to wait for a VF netdev to reappear after a driver rebind.
 pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
 
-/// The time bound of one verb, measured from the start of the process (of the call of
+/// The time bound of ADD (and CHECK, GC), measured from the start of the process (of the call of
 /// [`run_with`] when the library runs in-process): the verb begins no driver rebind
 /// that could end past it. kubelet gives the runtime 2 min for `StopPodSandbox` (where
 /// DEL runs) and 4 min for `RunPodSandbox` (ADD) (`--runtime-request-timeout`, default
@@ -39,8 +40,9 @@ pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
 /// (libcni's `RawExec` uses `exec.CommandContext`), which in the middle of an unbind and
 /// bind can leave the VF without a driver. 80 s leaves room for what follows the last
 /// rebind (the IPAM lock, bounded by `lockTimeoutMs`, and ADD's IPv6 DAD wait, 10 s), so
-/// that ADD as DEL ends within 2 min with the default `lockTimeoutMs` (README
-/// "Failures and what the plugin does", the worst-case rows).
+/// that ADD ends within 2 min with the default `lockTimeoutMs` (docs/operations.md
+/// "Failures and what the plugin does", the worst-case rows). DEL has its own, shorter
+/// bound, [`DEL_BUDGET`].
 pub const VERB_BUDGET: Duration = Duration::from_secs(80);
 
 /// DEL's time bound, measured like [`VERB_BUDGET`]: every wait of a DEL (the VF lock,

@@ -1,5 +1,5 @@
 //! A GUID for a VF that has none: the SR-IOV network operator's static GUID file, else a
-//! GUID derived from the PF's port GUID and the VF index (README "VFs without a GUID").
+//! GUID derived from the PF's port GUID and the VF index (docs/configuration.md "VFs without a GUID").
 //!
 //! ADD takes a GUID from here only when all of these hold: no GUID was supplied
 //! (`runtimeConfig.infinibandGUID`, `args.cni.guid`), `ibKubernetesEnabled` is false, and

@@ -1,4 +1,4 @@
-//! The derived VF GUID computed from README's rule ("VFs without a GUID"), on its own,
+//! The derived VF GUID computed from the rule of docs/configuration.md ("VFs without a GUID"), on its own,
 //! not by the plugin's code: the tests compare what the plugin sets and shows with it.
 
 use sha2::{Digest, Sha256};

@@ -69,6 +69,9 @@ impl Lab {
             "type": "ib-sriov",
             "deviceID": self.host.vf(vf).addr,
             "stateDir": self.state,
+            // The Go plugin's cache files ADD writes for a rollback: the host's own
+            // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
+            "goCacheDir": self.host.root().join("go-cache"),
             "logLevel": "debug",
             "ipam": {
                 "type": "ib-sriov-ipam",

@@ -644,7 +644,7 @@ fn ib_no_refund_netdev_destroyed_with_netns() {
 
 /// `ib-sriov doctor --json --state-dir <the test's stateDir>` in the guest's initial
 /// netns (real /sys, /proc, rtnetlink and RDMA netlink); its human form is printed to
-/// the test log (README "Diagnosing a node" quotes it).
+/// the test log (docs/operations.md "Diagnosing a node" quotes it).
 fn doctor_json(p: &Plugin, what: &str) -> Value {
     let state = p.state().display().to_string();
     let out = Command::new(bin())

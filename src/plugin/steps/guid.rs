@@ -81,7 +81,7 @@ fn orig_is_unknown(kind: crate::netlink::vf::GuidKind, orig: (Option<Guid>, Opti
 /// Restores the original GUIDs (and rebinds so they take effect); nothing, and above
 /// all no rebind, when the VF has them already. A GUID ADD could not read (journaled
 /// as `null`) is replaced by the VF's derived GUID ([`crate::vfguid::derived_guid`]),
-/// not left as the pod's (README "VF state on a PF of any size").
+/// not left as the pod's (docs/configuration.md "VF state on a PF of any size").
 pub(super) fn undo(
     ctx: &Ctx,
     host: &Host,
