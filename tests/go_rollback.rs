@@ -32,22 +32,27 @@ fn conf(lab: &Lab, f: &Value) -> (Value, PathBuf) {
 }
 
 /// What the Go plugin's `cmdDel` does with its cache file `cache` for the DEL of
-/// `f`'s attachment in `pod` (stdin `conf`), on the emulated host. The VF GUID and link
+/// `f`'s attachment in `pod` (stdin `conf`), on the emulated host, with the IPAM plugins
+/// of `cni_dir` (then Debian's) on its `CNI_PATH`. The VF GUID and link
 /// state are set through the MLNX_OFED sysfs files the emulated PF has (Go sets them
 /// with PF netlink; the effect on the VF is the same), the rebind through the driver's
 /// `unbind`/`bind` files.
 fn go_del(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path) {
+    go_del_with(lab, f, pod, conf, cache, Path::new(DEBIAN_CNI))
+}
+
+fn go_del_with(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path, cni_dir: &Path) {
     let c: Value = serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
-    // IPAM first, with the DEL call's own stdin (the cache keeps only ipam.type).
+    // IPAM first, with the DEL call's own stdin (the cache keeps only ipam.type): the
+    // plugin of that name on CNI_PATH, as `ipam.ExecDel` finds it.
     if let Some(t) = c["ipam"]["type"].as_str().filter(|t| !t.is_empty()) {
         let mut ipam_conf = conf.clone();
         ipam_conf.as_object_mut().unwrap().remove("stateDir");
-        let bin = common::lab::bin().parent().unwrap().join(t);
-        let bin = if bin.exists() {
-            bin
-        } else {
-            Path::new(DEBIAN_CNI).join(t)
-        };
+        let bin = [cni_dir, Path::new(DEBIAN_CNI)]
+            .iter()
+            .map(|d| d.join(t))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no IPAM plugin {t} on CNI_PATH"));
         let out = lab.host.run_plugin(
             &bin,
             "DEL",
@@ -306,4 +311,38 @@ fn empty_go_cache_dir_writes_none() {
     run(&lab, "ADD", &f, &pod, &conf).expect_ok();
     assert!(!dir.exists());
     run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+}
+
+/// The built-in IPAM (`"type": "ib-sriov-ipam"`) across a rollback: the Go plugin's DEL
+/// execs the `ib-sriov-ipam` our entrypoint installed beside it (here a symlink to the
+/// binary under test, as tests/ipam_plugin.rs does), which releases the record the
+/// built-in allocator wrote at our ADD.
+#[test]
+fn rollback_with_the_builtin_ipam() {
+    let lab = Lab::default();
+    let mut f = manifest("b-noguid-hostlocal");
+    f["containerID"] = json!("rollback-builtin");
+    let mut conf = lab.conf("1.0.0", 2);
+    let dir = lab.host.root().join("go-cache");
+    conf["goCacheDir"] = json!(dir);
+    let cni_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(common::lab::bin(), cni_dir.path().join("ib-sriov-ipam")).unwrap();
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    lab.add("rollback-builtin", &pod, &conf).expect_ok();
+    assert_eq!(lab.allocations().len(), 1);
+    let cache = dir.join("rollback-builtin-net1");
+    let c: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    assert_eq!(c["ipam"], json!({"type": "ib-sriov-ipam"}));
+    go_del_with(&lab, &f, &pod, &conf, &cache, cni_dir.path());
+    assert!(
+        lab.allocations().is_empty(),
+        "released through ib-sriov-ipam"
+    );
+    let mut want = before.clone();
+    netdev_down(&lab, &mut want, 2);
+    assert_eq!(lab.host.snapshot(), want);
+    lab.del("rollback-builtin", pod.netns(), &conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), want);
 }
