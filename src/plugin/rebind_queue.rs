@@ -596,12 +596,12 @@ mod tests {
     }
 
     /// The production path, `Ctx::lock_rebind`: the verb's time bound counts from
-    /// `Ctx::started` (a DEL that started 71 s ago is refused a free queue, code 11
+    /// `Ctx::started` (a DEL that started 41 s ago is refused a free queue, code 11
     /// naming the bound and the queue), a fresh verb gets its turn, and a stuck queue
     /// is code 11 after `lockTimeoutMs` saying it has not moved.
     #[test]
     fn lock_rebind_gives_code_11_naming_the_verb_bound_or_the_stuck_queue() {
-        use crate::plugin::{Ctx, REBIND_RESERVE, VERB_BUDGET};
+        use crate::plugin::{Ctx, DEL_BUDGET, REBIND_RESERVE};
         let d = tempfile::tempdir().unwrap();
         let conf = crate::config::NetConf::parse(
             serde_json::json!({
@@ -629,12 +629,12 @@ mod tests {
             rdma: &crate::plugin::rdma::KernelRdma,
             started,
         };
-        let late = Instant::now() - (VERB_BUDGET - REBIND_RESERVE) - Duration::from_secs(1);
+        let late = Instant::now() - (DEL_BUDGET - REBIND_RESERVE) - Duration::from_secs(1);
         let e = ctx(late).lock_rebind().unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
         for want in [
-            "DEL keeps within 80 s",
-            "within 60 s",
+            "DEL keeps within 60 s",
+            "within 40 s",
             "time bound",
             "rebind.queue",
         ] {
