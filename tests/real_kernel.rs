@@ -315,6 +315,9 @@ impl Plugin {
             "type": "ib-sriov",
             "deviceID": vf,
             "stateDir": self.state(),
+            // The guest sees the host's root read-only (virtme-ng): the Go plugin's
+            // cache files ADD writes for a rollback go to the test's directory.
+            "goCacheDir": self.dir.path().join("go-cache"),
             "logLevel": "debug",
             "ipam": {
                 "type": "ib-sriov-ipam",
