@@ -346,3 +346,52 @@ fn rollback_with_the_builtin_ipam() {
     assert!(lab.journals().is_empty());
     assert_eq!(lab.host.snapshot(), want);
 }
+
+/// The Go plugin's file name `<containerID>-<ifname>` is not injective: `(pod-x, net1)`
+/// and `(pod, x-net1)` share it. The second ADD leaves the first's file alone (and
+/// says it cannot be rolled back); each DEL then undoes its own attachment fully, in
+/// either order, and the file goes with the first attachment's DEL.
+#[test]
+fn colliding_cache_file_names_do_not_mix_attachments() {
+    for first_del in [0usize, 1] {
+        let lab = Lab::default();
+        let dir = lab.host.root().join("go-cache");
+        let pods = [lab.host.new_pod(), lab.host.new_pod()];
+        let pairs = [("pod-x", "net1"), ("pod", "x-net1")];
+        let confs = [lab.conf("1.0.0", 0), lab.conf("1.0.0", 1)];
+        let before = lab.host.snapshot();
+        let call = |cmd: &str, k: usize| {
+            common::lab::Run::from(lab.host.run_plugin(
+                common::lab::bin(),
+                cmd,
+                pairs[k].0,
+                pods[k].netns(),
+                pairs[k].1,
+                &confs[k].to_string(),
+                &[],
+            ))
+        };
+        call("ADD", 0).expect_ok();
+        let r = call("ADD", 1);
+        assert!(r.stderr.contains("cannot be rolled back"), "{}", r.stderr);
+        r.expect_ok();
+        let file = dir.join("pod-x-net1");
+        let c: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(
+            c["ContIFNames"], "net1",
+            "the first attachment's file stays"
+        );
+        let second = 1 - first_del;
+        call("DEL", first_del).expect_ok();
+        assert_eq!(pods[first_del].links(), vec!["lo"]);
+        call("DEL", second).expect_ok();
+        assert_eq!(
+            pods[second].links(),
+            vec!["lo"],
+            "DEL {second} undid its attachment"
+        );
+        assert!(!file.exists());
+        assert!(lab.journals().is_empty());
+        assert_eq!(lab.host.snapshot(), before);
+    }
+}

@@ -248,8 +248,9 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             }
         }
         if j.complete && !crate::boot::is_other(j.boot_id.as_deref()) {
+            // A step whose content is empty wrote nothing (another file had the name).
             let file = j.steps.iter().find_map(|s| match s {
-                Step::GoCache { path, .. } => Some(path),
+                Step::GoCache { path, content } if !content.is_empty() => Some(path),
                 _ => None,
             });
             match file {

@@ -635,6 +635,7 @@ impl EmuHost {
         stdin_json: &str,
         extra_env: &[(&str, &str)],
     ) -> Output {
+        let stdin_json = self.node_conf(stdin_json);
         self.plugin_call(
             bin,
             command,
@@ -653,6 +654,23 @@ impl EmuHost {
         )
     }
 
+    /// The network configuration as this emulated node runs it: an `ib-sriov`
+    /// configuration without `goCacheDir` gets `<root>/go-cache`, this host's own
+    /// `/var/lib/cni/ib-sriov` (every node has its own, as it has its own /sys: emulated
+    /// hosts of parallel tests must not share one). Anything else is passed unchanged.
+    pub fn node_conf(&self, stdin_json: &str) -> String {
+        match serde_json::from_str::<serde_json::Value>(stdin_json) {
+            Ok(mut v)
+                if v.get("type").and_then(|t| t.as_str()) == Some("ib-sriov")
+                    && v.get("goCacheDir").is_none() =>
+            {
+                v["goCacheDir"] = serde_json::json!(self.root.join("go-cache"));
+                v.to_string()
+            }
+            _ => stdin_json.to_string(),
+        }
+    }
+
     /// [`EmuHost::run_plugin`] without waiting: the child has read its stdin when this
     /// returns (the config is written and the pipe closed), for tests that signal it.
     #[allow(clippy::too_many_arguments)]
@@ -666,6 +684,7 @@ impl EmuHost {
         stdin_json: &str,
         extra_env: &[(&str, &str)],
     ) -> std::process::Child {
+        let stdin_json = self.node_conf(stdin_json);
         self.plugin_call(
             bin,
             command,

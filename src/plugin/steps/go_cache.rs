@@ -16,8 +16,13 @@ use std::path::Path;
 
 /// Fills the step's content from the journal's facts as they are now (a rebind may have
 /// renamed the RDMA device), saves the journal, then writes the file: directory 0700,
-/// file 0600 (as `utils.SaveNetConf`), replaced atomically, not fsync'd (a machine crash
-/// ends the pods it describes; DEL then finds it from another boot by its marker).
+/// file 0600 (as `utils.SaveNetConf`), created atomically and never over another file,
+/// not fsync'd (a machine crash ends the pods it describes). A file already there with
+/// other content belongs to another attachment (the Go plugin's `<containerID>-<ifname>`
+/// is not injective: `(pod-x, net1)` and `(pod, x-net1)` share it) or to the Go plugin:
+/// it is left alone, the step's content is emptied (so DEL neither removes that file nor
+/// takes its absence for a rollback), and a warning says this attachment cannot be
+/// rolled back without draining.
 pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), super::StepFailure> {
     let content = render(cx.ctx, j);
     let Some(Step::GoCache { path, content: c }) = j.steps.get_mut(i) else {
@@ -26,28 +31,85 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
     *c = content.clone();
     let path = path.clone();
     cx.ctx.store.save(j)?;
-    write(&path, &content).map_err(|e| {
+    let io = |e: std::io::Error| {
         CniError::new(
             code::IO_FAILURE,
             format!("writing the Go plugin cache file {}: {e}", path.display()),
         )
-    })?;
+    };
+    // The Go plugin could not have written this name either (its ADD fails on it).
+    let too_long = path.file_name().is_some_and(|n| n.len() > NAME_MAX);
+    if too_long {
+        log::warn!(
+            "the Go plugin's cache file name for {}/{} is longer than {NAME_MAX} bytes: none written; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
+            j.container_id,
+            j.ifname
+        );
+        if let Some(Step::GoCache { content: c, .. }) = j.steps.get_mut(i) {
+            c.clear();
+        }
+        cx.ctx.store.save(j)?;
+        return Ok(());
+    }
+    if !write_new(&path, &content).map_err(io)? {
+        log::warn!(
+            "{} exists and was not written for {}/{} (another attachment's, or the Go plugin's): left alone; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
+            path.display(),
+            j.container_id,
+            j.ifname
+        );
+        if let Some(Step::GoCache { content: c, .. }) = j.steps.get_mut(i) {
+            c.clear();
+        }
+        cx.ctx.store.save(j)?;
+        return Ok(());
+    }
     log::debug!("wrote the Go plugin cache file {}", path.display());
     hit("add.go_cache")?;
     Ok(())
 }
 
-fn write(path: &Path, content: &str) -> std::io::Result<()> {
+/// Creates `path` holding `content` unless something else is there: `Ok(true)` when it
+/// holds `content` now (written, or already by an earlier run of this ADD), `Ok(false)`
+/// when another file is there.
+fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
+    match std::fs::read(path) {
+        Ok(b) if b == content.as_bytes() => return Ok(true),
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return Ok(false),
+    }
+    let tmp = write_temp(path, content)?;
+    // link(2) never replaces: of two writers of one name, one wins.
+    let r = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(std::fs::read(path).is_ok_and(|b| b == content.as_bytes()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Longest file name, in bytes (NAME_MAX, linux/limits.h).
+const NAME_MAX: usize = 255;
+
+/// `content` in a new 0600 temp file beside `path` (its directory created 0700), named
+/// `.<name>.tmp.<pid>` (swept with the file by [`undo`]) or, when that is too long,
+/// `.ib-sriov-go-cache.tmp.<pid>`.
+fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let pid = std::process::id();
+    let tmp = match format!(".{name}.tmp.{pid}") {
+        t if t.len() <= NAME_MAX => dir.join(t),
+        _ => dir.join(format!(".ib-sriov-go-cache.tmp.{pid}")),
+    };
     let _ = std::fs::remove_file(&tmp);
     let r = (|| {
         let mut f = std::fs::OpenOptions::new()
@@ -56,13 +118,15 @@ fn write(path: &Path, content: &str) -> std::io::Result<()> {
             .mode(0o600)
             .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
             .open(&tmp)?;
-        f.write_all(content.as_bytes())?;
-        std::fs::rename(&tmp, path)
+        f.write_all(content.as_bytes())
     })();
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    match r {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    r
 }
 
 /// What the Go plugin's ADD would have cached for this attachment, from the call's
