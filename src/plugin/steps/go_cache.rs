@@ -37,35 +37,27 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
             format!("writing the Go plugin cache file {}: {e}", path.display()),
         )
     };
-    // The Go plugin could not have written this name either (its ADD fails on it).
-    let too_long = path.file_name().is_some_and(|n| n.len() > NAME_MAX);
-    if too_long {
-        log::warn!(
-            "the Go plugin's cache file name for {}/{} is longer than {NAME_MAX} bytes: none written; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
-            j.container_id,
-            j.ifname
-        );
-        if let Some(Step::GoCache { content: c, .. }) = j.steps.get_mut(i) {
-            c.clear();
-        }
-        cx.ctx.store.save(j)?;
-        return Ok(());
+    // A name the Go plugin could not have written either (its ADD fails on it), or a
+    // file that is not this attachment's.
+    let why = if path.file_name().is_some_and(|n| n.len() > NAME_MAX) {
+        format!("its name is longer than {NAME_MAX} bytes")
+    } else if !write_new(&path, &content).map_err(io)? {
+        "another file has its name (another attachment's, or the Go plugin's): left alone"
+            .to_string()
+    } else {
+        log::debug!("wrote the Go plugin cache file {}", path.display());
+        return Ok(hit("add.go_cache")?);
+    };
+    log::warn!(
+        "the Go plugin cache file {} of {}/{} was not written: {why}; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
+        path.display(),
+        j.container_id,
+        j.ifname
+    );
+    if let Some(Step::GoCache { content: c, .. }) = j.steps.get_mut(i) {
+        c.clear();
     }
-    if !write_new(&path, &content).map_err(io)? {
-        log::warn!(
-            "{} exists and was not written for {}/{} (another attachment's, or the Go plugin's): left alone; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
-            path.display(),
-            j.container_id,
-            j.ifname
-        );
-        if let Some(Step::GoCache { content: c, .. }) = j.steps.get_mut(i) {
-            c.clear();
-        }
-        cx.ctx.store.save(j)?;
-        return Ok(());
-    }
-    log::debug!("wrote the Go plugin cache file {}", path.display());
-    hit("add.go_cache")?;
+    cx.ctx.store.save(j)?;
     Ok(())
 }
 
