@@ -118,7 +118,25 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 format!("VF {vf_addr} is held by an attachment whose {e}"),
             ))
         }
-        None => {}
+        // No attachment of ours: one the Go plugin made may still hold it (a node
+        // upgraded with pods running). Its pod is gone when the VF's netdev is back in
+        // the host (or, in vfio mode, since the device plugin handed the VF out again);
+        // then its VF state is undone first, as for ours.
+        None => {
+            if let Some(go) = super::upgrade::holder_of(ctx, vf_addr) {
+                let in_host = go.vfio || steps::find_in_host(&host, vf_addr, None)?.is_some();
+                if !in_host {
+                    return Err(CniError::new(
+                        code::DEVICE_BUSY,
+                        format!(
+                            "VF {vf_addr} is attached by the Go ib-sriov-cni ({}) and its netdev is not in the host: DEL that attachment first",
+                            go.path.display()
+                        ),
+                    ));
+                }
+                super::upgrade::finish_dead(ctx, &host, &go)?;
+            }
+        }
     }
     let pod = Pod::new(pod_ns);
     let mut host_link = None;

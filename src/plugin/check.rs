@@ -96,6 +96,13 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
             )));
         }
     }
+    // Only what ADD allocated is checked: a vfio attachment runs no IPAM (ADD ignores
+    // `ipam`), so its delegate has nothing to find.
+    let allocated = j
+        .steps
+        .iter()
+        .any(|s| matches!(s, crate::journal::Step::Ipam { .. }));
+    let ipam = if allocated { ipam } else { None };
     if let Some(Ipam::External(d)) = &ipam {
         ctx.delegate(d, Command::Check)?;
     }

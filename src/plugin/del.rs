@@ -25,7 +25,11 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
         }
         None => {
             match super::upgrade::find(ctx)? {
-                Some(go) if go.ours.is_none() => return super::upgrade::del(ctx, go),
+                Some(go) if go.ours.is_none() => {
+                    if super::upgrade::del(ctx, go)? {
+                        return Ok(());
+                    }
+                }
                 Some(go) => super::upgrade::drop_ours(&go)?,
                 None => {}
             }

@@ -67,20 +67,40 @@ pub(super) fn find(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
     Ok(None)
 }
 
-/// DEL of an attachment the Go plugin made.
+/// DEL of an attachment the Go plugin made. `Ok(true)` when done; `Ok(false)` when the
+/// VF is held by a newer attachment of ours (the Go pod ended and the device plugin gave
+/// the VF to another pod first): the VF is not touched, the cache file is removed, and
+/// the caller releases the IPAM allocation as for a DEL without a journal.
 ///
 /// Errors: as the journal-driven teardown (`teardown::teardown_locked`); the journal made
 /// from the cache is kept for a retry.
-pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
+pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<bool, CniError> {
     let env = ctx.env;
+    let host = Host::open(&ctx.sysfs)?;
+    let _lock = ctx.lock_vf(go.vf)?;
+    match ctx.store.holder(go.vf, (&env.container_id, &env.ifname))? {
+        Some(Ok(other)) => {
+            log::warn!(
+                "{}/{} was attached by the Go ib-sriov-cni ({}), but VF {} is now held by {}/{}: not touching the VF; removing the cache file",
+                env.container_id,
+                env.ifname,
+                go.path.display(),
+                go.vf,
+                other.container_id,
+                other.ifname
+            );
+            drop_ours(&go)?;
+            return Ok(false);
+        }
+        Some(Err(e)) => return Err(e.into()),
+        None => {}
+    }
     log::info!(
         "{}/{} was attached by the Go ib-sriov-cni ({}): undoing it as the Go plugin's DEL would",
         env.container_id,
         env.ifname,
         go.path.display()
     );
-    let host = Host::open(&ctx.sysfs)?;
-    let _lock = ctx.lock_vf(go.vf)?;
     let j = journal_from(ctx, &go)?;
     ctx.store.set_holder(j.vf, &j.container_id, &j.ifname)?;
     ctx.store.save(&j)?;
@@ -92,7 +112,7 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
             format!("removing Go plugin cache {}: {e}", go.path.display()),
         )
     })?;
-    teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
+    teardown_locked(ctx, &host, &j, env.netns.as_deref(), true).map(|()| true)
 }
 
 /// A cache file our own ADD wrote (for a rollback to the Go plugin) found by a DEL with
@@ -103,11 +123,96 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<(), CniError> {
 ///
 /// Errors: code 5 when the file cannot be removed.
 pub(super) fn drop_ours(go: &GoAttachment) -> Result<(), CniError> {
+    if let Some(boot) = &go.ours {
+        log::warn!(
+            "{} was written by an ADD of ours (boot {}) whose journal is gone: removing it without acting on it",
+            go.path.display(),
+            boot.as_deref().unwrap_or("?")
+        );
+    }
+    crate::fsutil::remove_durable(&go.path)
+        .map(|_| ())
+        .map_err(|e| {
+            CniError::new(
+                crate::cni::code::IO_FAILURE,
+                format!("removing {}: {e}", go.path.display()),
+            )
+        })
+}
+
+/// The Go plugin's attachment of VF `vf`, if a Go cache file (not one our ADD wrote) in
+/// any of the directories DEL reads names it. Every file there is read (only those that
+/// mention the VF's address are parsed); unreadable ones are skipped.
+pub(super) fn holder_of(ctx: &Ctx, vf: crate::types::PciAddress) -> Option<GoAttachment> {
+    let needle = vf.to_string();
+    for dir in dirs(ctx) {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Journals (`<cid>:<ifname>`), temp files, `locks/`, `vfs/`.
+            if name.contains(':') || name.starts_with('.') || name == "locks" || name == "vfs" {
+                continue;
+            }
+            let p = e.path();
+            let Ok(b) = crate::fsutil::read_regular_bounded(&p, gocache::MAX_GO_CACHE_BYTES) else {
+                continue;
+            };
+            if !String::from_utf8_lossy(&b).contains(&needle) {
+                continue;
+            }
+            if let Ok(g) = gocache::parse(&b, p) {
+                if g.vf == vf && g.ours.is_none() {
+                    return Some(g);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Finishes what the DEL of the Go plugin's attachment `go` would do to its VF, for an
+/// ADD that found the VF held by it with its pod gone (the VF's netdev back in the
+/// host, or a vfio VF the device plugin handed out again): the netdev back under its
+/// name, RDMA device, GUID and link state as the Go DEL leaves them; then the cache
+/// file is removed. Its IPAM allocation is left to its own DEL (which, finding no
+/// cache, releases it with its own configuration). Crash-safe: the file goes last and
+/// every undo checks the current state.
+///
+/// Errors: an undo failing (the file stays for a retry), the file not removable.
+pub(super) fn finish_dead(ctx: &Ctx, host: &Host, go: &GoAttachment) -> Result<(), CniError> {
+    let name = go
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ifname = go.pod_name.clone().unwrap_or_default();
+    let cid = name
+        .strip_suffix(&format!("-{ifname}"))
+        .unwrap_or(&name)
+        .to_string();
     log::warn!(
-        "{} was written by an ADD of ours (boot {}) whose journal is gone: removing it without acting on it",
-        go.path.display(),
-        go.ours.clone().flatten().as_deref().unwrap_or("?")
+        "VF {} is held by {cid}/{ifname}, attached by the Go ib-sriov-cni ({}), whose pod is gone: undoing that attachment's VF state first, as its DEL would",
+        go.vf,
+        go.path.display()
     );
+    let j = journal_for(ctx, go, (&cid, &ifname), None)?;
+    let errs = super::steps::undo(
+        ctx,
+        host,
+        &j,
+        &super::steps::PodNs::Gone,
+        j.steps.len(),
+        false,
+    );
+    if !errs.is_empty() {
+        return errs.into_result(format!(
+            "restoring VF {} from the Go plugin's attachment {} did not complete; the cache file is kept",
+            go.vf,
+            go.path.display()
+        ));
+    }
     crate::fsutil::remove_durable(&go.path)
         .map(|_| ())
         .map_err(|e| {
@@ -181,6 +286,22 @@ fn pod_netdev(
 /// reverse: IPAM, netdev, RDMA device, GUID, link state).
 fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
     let env = ctx.env;
+    journal_for(
+        ctx,
+        go,
+        (&env.container_id, &env.ifname),
+        env.netns.as_deref(),
+    )
+}
+
+/// [`journal_from`] for the attachment `(cid, ifname)` with pod netns `netns` (`None`:
+/// gone or unknown).
+fn journal_for(
+    ctx: &Ctx,
+    go: &GoAttachment,
+    (cid, ifname): (&str, &str),
+    netns: Option<&str>,
+) -> Result<Journal, CniError> {
     let dev = ctx.sysfs.discover_vf(go.vf).ok();
     let pf = dev.as_ref().map(|d| d.pf).unwrap_or(go.vf);
     let vf_index = dev
@@ -190,14 +311,14 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
         .unwrap_or(VfIndex(0));
     // The pod netns as DEL names it (Go records none): identity taken now, so a retry
     // acts only in this same namespace.
-    let (netns_id, pod_link) = match env.netns.as_deref().map(NetNs::open) {
+    let (netns_id, pod_link) = match netns.map(NetNs::open) {
         Some(Ok(ns)) => {
             let id = ns_id(&ns)?;
             let link = if go.vfio {
                 None
             } else {
                 let nl = Netlink::open_in(&ns)?;
-                let name = go.pod_name.as_deref().unwrap_or(&env.ifname);
+                let name = go.pod_name.as_deref().unwrap_or(ifname);
                 pod_netdev(&nl, name, go)?
             };
             (Some(id), link)
@@ -249,7 +370,7 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
         };
         steps.push(Step::MoveNetdev {
             netdev,
-            host_name: go.host_name.clone().unwrap_or_else(|| env.ifname.clone()),
+            host_name: go.host_name.clone().unwrap_or_else(|| ifname.to_string()),
             host_up: false,
             pod_ifindex: pod_link.as_ref().map(|l| l.index),
         });
@@ -266,9 +387,9 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
     }
     Ok(Journal {
         version: JOURNAL_VERSION,
-        container_id: env.container_id.clone(),
-        ifname: env.ifname.clone(),
-        netns: env.netns.clone(),
+        container_id: cid.to_string(),
+        ifname: ifname.to_string(),
+        netns: netns.map(str::to_string),
         netns_id,
         network: if go.network.is_empty() {
             ctx.conf.name.clone()

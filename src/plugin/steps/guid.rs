@@ -143,7 +143,16 @@ pub(super) fn undo(
     if any {
         log::info!("VF {} GUIDs restored", j.vf);
     }
-    if any && rebind {
+    // A VF without a driver has nothing to rebind: the GUIDs written through the PF
+    // take effect when a driver binds it.
+    let has_driver = matches!(host.sysfs.driver(j.vf), Ok(Some(_)));
+    if any && rebind && !has_driver {
+        log::warn!(
+            "VF {} has no driver bound: its restored GUIDs take effect when a driver binds it; no rebind",
+            j.vf
+        );
+    }
+    if any && rebind && has_driver {
         rebind_driver(host.sysfs, j.vf)?;
         // The GUID takes effect once the driver is rebound; the netdev the probe
         // re-creates is the driver's (listed under <VF>/net/). If it does not show up,

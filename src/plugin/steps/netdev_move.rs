@@ -166,6 +166,27 @@ pub(super) fn undo(
         return fix_name_and_state(host, j.vf, &l, host_name, host_up);
     }
     if let PodNs::Live(p) = pod {
+        // A VF without a driver, or one that no longer exists, has no netdev anywhere:
+        // nothing of the attachment is left on it, whatever the pod does.
+        match host.sysfs.driver(j.vf) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                log::warn!(
+                    "VF {vf}: its netdev is neither in the pod netns nor in the host, and it has no driver bound, so it has no netdev: nothing of {}/{} is left on it",
+                    j.container_id,
+                    j.ifname
+                );
+                return Ok(());
+            }
+            Err(e) => {
+                log::warn!(
+                    "VF {vf}: its netdev is neither in the pod netns nor in the host, and the VF itself is gone ({e}): nothing of {}/{} is left on it",
+                    j.container_id,
+                    j.ifname
+                );
+                return Ok(());
+            }
+        }
         // Not recovered by a rebind: the netdev may live on in a netns the pod moved
         // it to (another pod's, even), and the pod can still give it back.
         return Err(CniError::host(format!(
