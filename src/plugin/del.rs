@@ -24,14 +24,16 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
         }
         None => {
-            match super::upgrade::find(ctx)? {
-                Some(go) if go.ours.is_none() => {
-                    if super::upgrade::del(ctx, go)? {
-                        return Ok(());
-                    }
+            let done = match super::upgrade::find(ctx)? {
+                Some(go) if go.ours.is_none() => super::upgrade::del(ctx, go)?,
+                Some(go) => {
+                    super::upgrade::drop_ours(&go)?;
+                    false
                 }
-                Some(go) => super::upgrade::drop_ours(&go)?,
-                None => {}
+                None => false,
+            };
+            if done {
+                return Ok(());
             }
             log::info!(
                 "no journal for {}/{}: ADD made nothing to restore",
