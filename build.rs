@@ -7,7 +7,9 @@
 //! - `IB_SRIOV_BUILD_DATE`: UTC, RFC 3339. `SOURCE_DATE_EPOCH` when set
 //!   (reproducible-builds.org), else the time this script ran.
 //!
-//! The version itself is Cargo's `CARGO_PKG_VERSION`.
+//! The version itself is `crate::version()` (src/lib.rs): Cargo's `CARGO_PKG_VERSION`, or
+//! `IB_SRIOV_VERSION` when set (a snapshot of scripts/release.sh), read with `option_env!`
+//! (rustc tracks it: a change rebuilds the crate).
 
 use std::process::Command;
 

@@ -35,7 +35,12 @@
 #   scripts/build.sh --arch aarch64       (installs what it needs through deps.sh)
 #
 # Environment: IB_SRIOV_COMMIT and SOURCE_DATE_EPOCH set what `ib-sriov --version`
-# prints (build.rs); CARGO_BUILD_TARGET overrides the host triple.
+# prints (build.rs), IB_SRIOV_VERSION its version (crate::version; scripts/release.sh
+# sets it); CARGO_BUILD_TARGET overrides the host triple. RUSTFLAGS given are kept, before
+# the static flags (scripts/release.sh passes its --remap-path-prefix flags so).
+# IB_SRIOV_AUDITABLE=1 builds with `cargo auditable build` (cargo-auditable, a cargo
+# subcommand in $CARGO_HOME/bin): each binary carries its dependency list in a
+# `.dep-v0` section (scripts/release.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=""
@@ -43,10 +48,12 @@ if [[ "${1:-}" == --arch ]]; then
     arch="${2:?--arch needs x86_64, aarch64, powerpc64le or s390x}"
     shift 2
 fi
+build=(build)
+[[ "${IB_SRIOV_AUDITABLE:-0}" != 1 ]] || build=(auditable build)
 host_arch="$(uname -m)"
 if [[ -z "$arch" || "$arch" == "$host_arch" ]]; then
     . scripts/static-flags.sh # sets triple and RUSTFLAGS
-    cargo build --release --locked --target "$triple" --bins "$@" >&2
+    cargo "${build[@]}" --release --locked --target "$triple" --bins "$@" >&2
     echo "$PWD/target/$triple/release"
     exit 0
 fi
@@ -68,6 +75,7 @@ fi
 linker_var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_LINKER"
 env PATH="/usr/bin:/bin:/usr/sbin:/sbin" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
     RUSTC_BOOTSTRAP=1 "$linker_var=$gnu-gcc" \
-    RUSTFLAGS="-C target-feature=+crt-static" /usr/bin/cargo build --release --locked --target "$triple" --target-dir target/cross \
+    RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
+    /usr/bin/cargo "${build[@]}" --release --locked --target "$triple" --target-dir target/cross \
     -Zbuild-std=std,panic_unwind --bins "$@" >&2
 echo "$PWD/target/cross/$triple/release"

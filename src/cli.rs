@@ -193,12 +193,13 @@ pub(crate) fn init_call_log(
 /// One line naming the build, in the Go plugin's format
 /// (`ib-sriov cni version:<v>, commit:<c>, date:<d>`, `printVersionString` in
 /// k8snetworkplumbingwg/ib-sriov-cni `cmd/ib-sriov-cni/main.go`, commit 543060da), so
-/// scripts that parse it keep working. The values come from `build.rs`: Cargo's package
-/// version, the git commit, the build date (UTC, RFC 3339) or `SOURCE_DATE_EPOCH`.
+/// scripts that parse it keep working. The values: [`crate::version`] (Cargo's package
+/// version, or a snapshot's), then from `build.rs` the git commit, the build date (UTC,
+/// RFC 3339) or `SOURCE_DATE_EPOCH`.
 pub fn version_string() -> String {
     format!(
         "ib-sriov cni version:{}, commit:{}, date:{}",
-        env!("CARGO_PKG_VERSION"),
+        crate::version(),
         env!("IB_SRIOV_COMMIT"),
         env!("IB_SRIOV_BUILD_DATE")
     )

@@ -276,7 +276,7 @@ pub fn render(stdin: &Value, facts: &GoFacts) -> String {
     );
     m.insert(
         MARKER_KEY,
-        json!({"bootId": facts.boot_id, "writer": concat!("ib-sriov ", env!("CARGO_PKG_VERSION"))}),
+        json!({"bootId": facts.boot_id, "writer": format!("ib-sriov {}", crate::version())}),
     );
     serde_json::to_string(&m).unwrap_or_default()
 }

@@ -27,3 +27,16 @@ pub mod rdma;
 pub mod sysfs;
 pub mod types;
 pub mod vfguid;
+
+/// The version this build calls itself (`ib-sriov --version`, the doctor report):
+/// `IB_SRIOV_VERSION` at build time when set and not empty, else Cargo's package version.
+/// Only `scripts/release.sh --snapshot` sets it (`X.Y.Z-dev.g<commit>`, so a snapshot is
+/// never mistaken for release X.Y.Z); a release is built from a tag `vX.Y.Z` that
+/// release.sh requires to equal Cargo.toml's version, so releases and plain builds use
+/// `CARGO_PKG_VERSION`.
+pub fn version() -> &'static str {
+    match option_env!("IB_SRIOV_VERSION") {
+        Some(v) if !v.is_empty() => v,
+        _ => env!("CARGO_PKG_VERSION"),
+    }
+}

@@ -102,7 +102,7 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
     let (by_vf, go) = holders(paths, &journals, &mut notes);
     let mut report = Report {
         schema_version: super::report::SCHEMA_VERSION,
-        plugin_version: env!("CARGO_PKG_VERSION").to_string(),
+        plugin_version: crate::version().to_string(),
         host_root: paths.root.display().to_string(),
         node: node(paths, &mut notes),
         ..Report::default()

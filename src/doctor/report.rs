@@ -13,7 +13,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// The plugin's version (`CARGO_PKG_VERSION`).
+    /// The plugin's version ([`crate::version`]).
     pub plugin_version: String,
     /// The host root everything was read under (`/` without `--host-root`).
     pub host_root: String,
