@@ -95,6 +95,7 @@ fn run(cmd: &str, a: Args) -> Result<(), String> {
                 mtu: a.mtu.unwrap_or(defaults.mtu),
                 prefix: Some(prefix),
                 root: a.root,
+                ..defaults
             })
             .map_err(|e| e.to_string())?;
             host.keep();

@@ -68,6 +68,23 @@ pub const DEFAULT_MTU: u32 = 2044;
 /// Name of the description file written into the root (also the "this is ours" marker).
 pub const MARKER: &str = ".emuhost.json";
 
+/// The second PF's address ([`EmuOptions::pf1_vfs`]).
+pub const PF1_BDF: &str = "0000:af:00.1";
+/// The second PF's netdev name.
+pub const PF1_NETDEV: &str = "ibp175s0f1";
+/// The host-side peer of the second PF's veth.
+pub const PF1_PEER: &str = "peer-pf1";
+/// The second PF's RDMA device.
+pub const PF1_RDMA: &str = "mlx5_128";
+/// The second PF's port GUID.
+pub const PF1_PORT_GUID: &str = "0c:42:a1:03:00:b1:c2:d3";
+/// The second PF's SR-IOV offset (its VFs at routing ID 0xaf01 + 0x81 + N, clear of the
+/// first PF's).
+pub const PF1_VF_OFFSET: u32 = 0x81;
+/// The PCI function passed through with vfio-pci ([`EmuOptions::passthrough`]): a PF
+/// without SR-IOV, under the same root port.
+pub const PASSTHROUGH_BDF: &str = "0000:b0:00.0";
+
 /// Where network namespaces made by `ip netns add` are mounted.
 pub const NETNS_DIR: &str = "/var/run/netns";
 
@@ -76,6 +93,20 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// The PCI address of VF `n` of the PF at 0000:af:00.0 (offset 2, stride 1).
 pub fn vf_bdf(n: u32) -> String {
     let rid = 0xaf00 + 2 + n;
+    format!(
+        "0000:{:02x}:{:02x}.{:x}",
+        rid >> 8,
+        (rid >> 3) & 0x1f,
+        rid & 7
+    )
+}
+
+/// The PCI address of VF `n` of PF `pf` (0: [`vf_bdf`]; 1: the second PF).
+pub fn vf_bdf_on(pf: u32, n: u32) -> String {
+    if pf == 0 {
+        return vf_bdf(n);
+    }
+    let rid = 0xaf01 + PF1_VF_OFFSET + n;
     format!(
         "0000:{:02x}:{:02x}.{:x}",
         rid >> 8,
@@ -141,6 +172,15 @@ pub struct EmuOptions {
     pub prefix: Option<String>,
     /// Root of the sysfs tree: must be absent or empty (default a new temp dir).
     pub root: Option<PathBuf>,
+    /// VFs of a second PF ([`PF1_BDF`]; default 0: no second PF). Its VF `n` is
+    /// [`vf_bdf_on`]`(1, n)`, netdev `ibp175s0f1v<n>`, peer `peer1-vf<n>`, RDMA
+    /// `mlx5_<129+n>`, OFED files as [`EmuOptions::ofed`] says.
+    pub pf1_vfs: u32,
+    /// Indexes of the second PF's VFs bound to vfio-pci.
+    pub pf1_vfio: Vec<u32>,
+    /// A PCI function without SR-IOV bound to vfio-pci at [`PASSTHROUGH_BDF`] (PF
+    /// passthrough; default no).
+    pub passthrough: bool,
 }
 
 impl Default for EmuOptions {
@@ -153,6 +193,9 @@ impl Default for EmuOptions {
             mtu: DEFAULT_MTU,
             prefix: None,
             root: None,
+            pf1_vfs: 0,
+            pf1_vfio: Vec::new(),
+            passthrough: false,
         }
     }
 }
@@ -177,6 +220,8 @@ pub struct EmuPf {
 pub struct EmuVf {
     /// N of the PF's `virtfn<N>`.
     pub index: u32,
+    /// Which PF: 0 (the first, [`PF_BDF`]) or 1 ([`PF1_BDF`]).
+    pub pf: u32,
     /// PCI address ([`vf_bdf`]).
     pub addr: String,
     /// Its real directory under `<root>/devices/...`.
@@ -313,6 +358,8 @@ pub struct EmuHost {
     mtu: u32,
     pf: EmuPf,
     vfs: Vec<EmuVf>,
+    pf1: Option<EmuPf>,
+    passthrough: Option<PathBuf>,
     keep: bool,
     pods: AtomicU32,
 }
@@ -394,6 +441,47 @@ impl EmuHost {
             peer: PF_PEER.to_string(),
             rdma: PF_RDMA.to_string(),
         };
+        let pf1 = (opts.pf1_vfs > 0).then(|| EmuPf {
+            addr: PF1_BDF.to_string(),
+            dir: parent.join(PF1_BDF),
+            netdev: PF1_NETDEV.to_string(),
+            peer: PF1_PEER.to_string(),
+            rdma: PF1_RDMA.to_string(),
+        });
+        let pf1_vfs: Vec<EmuVf> = (0..opts.pf1_vfs)
+            .map(|n| {
+                let vfio = opts.pf1_vfio.contains(&n);
+                let addr = vf_bdf_on(1, n);
+                let (node, port) = if opts.zero_guids {
+                    (ZERO_GUID.to_string(), ZERO_GUID.to_string())
+                } else {
+                    (
+                        format!("02:00:00:00:00:01:01:{:02x}", n & 0xff),
+                        format!("02:00:00:00:00:02:01:{:02x}", n & 0xff),
+                    )
+                };
+                EmuVf {
+                    index: n,
+                    pf: 1,
+                    dir: parent.join(&addr),
+                    addr,
+                    driver: if vfio { VFIO_PCI } else { MLX5_CORE }.to_string(),
+                    netdev: (!vfio).then(|| format!("{PF1_NETDEV}v{n}")),
+                    peer: (!vfio).then(|| format!("peer1-vf{n}")),
+                    rdma: (!vfio).then(|| format!("mlx5_{}", 129 + n)),
+                    pkeys: if vfio {
+                        Vec::new()
+                    } else {
+                        vec![0xffff, 0x8000 | (0x41 + n as u16)]
+                    },
+                    ofed_dir: opts
+                        .ofed
+                        .then(|| parent.join(PF1_BDF).join("sriov").join(n.to_string())),
+                    node_guid: opts.ofed.then_some(node),
+                    port_guid: opts.ofed.then_some(port),
+                }
+            })
+            .collect();
         let vfs = (0..opts.vfs)
             .map(|n| {
                 let vfio = opts.vfio.contains(&n);
@@ -405,6 +493,7 @@ impl EmuHost {
                 };
                 EmuVf {
                     index: n,
+                    pf: 0,
                     dir: parent.join(&addr),
                     addr,
                     driver: if vfio { VFIO_PCI } else { MLX5_CORE }.to_string(),
@@ -423,7 +512,9 @@ impl EmuHost {
                     port_guid: opts.ofed.then_some(port),
                 }
             })
+            .chain(pf1_vfs)
             .collect();
+        let passthrough = opts.passthrough.then(|| parent.join(PASSTHROUGH_BDF));
         // From here on, Drop cleans up whatever was made if a later step fails.
         let host = EmuHost {
             prefix,
@@ -432,6 +523,8 @@ impl EmuHost {
             mtu: opts.mtu,
             pf,
             vfs,
+            pf1,
+            passthrough,
             keep: false,
             pods: AtomicU32::new(0),
         };
@@ -468,6 +561,7 @@ impl EmuHost {
         for x in v["vfs"].as_array().into_iter().flatten() {
             vfs.push(EmuVf {
                 index: x["index"].as_u64().unwrap_or_default() as u32,
+                pf: x["pf"].as_u64().unwrap_or_default() as u32,
                 addr: s(x, "addr")?,
                 dir: PathBuf::from(s(x, "dir")?),
                 driver: s(x, "driver")?,
@@ -486,7 +580,20 @@ impl EmuHost {
                 port_guid: os(x, "port_guid"),
             });
         }
+        let pf1 = match v.get("pf1").filter(|p| p.is_object()) {
+            Some(p) => Some(EmuPf {
+                addr: s(p, "addr")?,
+                dir: PathBuf::from(s(p, "dir")?),
+                netdev: s(p, "netdev")?,
+                peer: s(p, "peer")?,
+                rdma: s(p, "rdma")?,
+            }),
+            None => None,
+        };
+        let passthrough = os(&v, "passthrough").map(PathBuf::from);
         Ok(EmuHost {
+            pf1,
+            passthrough,
             prefix: s(&v, "prefix")?,
             root: PathBuf::from(s(&v, "root")?),
             host_netns: s(&v, "host_netns")?,
@@ -533,24 +640,39 @@ impl EmuHost {
         &self.pf
     }
 
-    /// All VFs, by index.
+    /// All VFs, by index (the first PF's, then the second PF's).
     pub fn vfs(&self) -> &[EmuVf] {
         &self.vfs
     }
 
-    /// VF `n`; panics when there is none.
+    /// VF `n` of the first PF; panics when there is none.
     pub fn vf(&self, n: u32) -> &EmuVf {
+        self.vf_on(0, n)
+    }
+
+    /// VF `n` of PF `pf` (0 or 1); panics when there is none.
+    pub fn vf_on(&self, pf: u32, n: u32) -> &EmuVf {
         self.vfs
             .iter()
-            .find(|v| v.index == n)
-            .unwrap_or_else(|| panic!("the emulated host has no VF {n}"))
+            .find(|v| v.pf == pf && v.index == n)
+            .unwrap_or_else(|| panic!("the emulated host has no VF {n} on PF {pf}"))
+    }
+
+    /// The second PF ([`EmuOptions::pf1_vfs`]), if any.
+    pub fn pf1(&self) -> Option<&EmuPf> {
+        self.pf1.as_ref()
+    }
+
+    /// The directory of the vfio-pci passthrough function ([`EmuOptions::passthrough`]).
+    pub fn passthrough_dir(&self) -> Option<&Path> {
+        self.passthrough.as_deref()
     }
 
     /// The first VF bound to mlx5_core.
     pub fn first_netdev_vf(&self) -> &EmuVf {
         self.vfs
             .iter()
-            .find(|v| !v.is_vfio())
+            .find(|v| v.pf == 0 && !v.is_vfio())
             .expect("the emulated host has no mlx5_core VF")
     }
 
@@ -558,7 +680,7 @@ impl EmuHost {
     pub fn first_vfio_vf(&self) -> &EmuVf {
         self.vfs
             .iter()
-            .find(|v| v.is_vfio())
+            .find(|v| v.pf == 0 && v.is_vfio())
             .expect("the emulated host has no vfio-pci VF (set EmuOptions::vfio)")
     }
 
@@ -578,8 +700,17 @@ impl EmuHost {
                 "peer": self.pf.peer,
                 "rdma": self.pf.rdma,
             },
+            "pf1": self.pf1.as_ref().map(|pf| serde_json::json!({
+                "addr": pf.addr,
+                "dir": p(&pf.dir),
+                "netdev": pf.netdev,
+                "peer": pf.peer,
+                "rdma": pf.rdma,
+            })),
+            "passthrough": self.passthrough.as_deref().map(p),
             "vfs": self.vfs.iter().map(|v| serde_json::json!({
                 "index": v.index,
+                "pf": v.pf,
                 "addr": v.addr,
                 "dir": p(&v.dir),
                 "driver": v.driver,
@@ -796,7 +927,17 @@ impl EmuHost {
         pod_name: &str,
         orig: &HostSnapshot,
     ) -> io::Result<()> {
-        let Some(peer) = self.vf(n).peer.as_deref() else {
+        self.return_destroyed_netdev_of(&self.vf(n).clone(), pod_name, orig)
+    }
+
+    /// [`EmuHost::return_destroyed_vf_netdev`] for any VF (of either PF).
+    pub fn return_destroyed_netdev_of(
+        &self,
+        vf: &EmuVf,
+        pod_name: &str,
+        orig: &HostSnapshot,
+    ) -> io::Result<()> {
+        let Some(peer) = vf.peer.as_deref() else {
             return Ok(());
         };
         // The kernel frees a dead netns asynchronously (cleanup_net work): wait, bounded,
@@ -815,7 +956,7 @@ impl EmuHost {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        self.recreate_vf_pair(n, pod_name, orig)?;
+        self.recreate_pair_of(vf, pod_name, orig)?;
         self.sync_netdevs()
     }
 
@@ -829,6 +970,17 @@ impl EmuHost {
     /// netdev still exists is left as it is (the GUID-change rebinds of other tests).
     /// Every bind seen is recorded in [`ProbeEmu::binds`] with whether it re-created.
     pub fn probe_on_bind(&self, orig: &HostSnapshot) -> ProbeEmu {
+        self.probe_impl(orig, false)
+    }
+
+    /// [`EmuHost::probe_on_bind`] that also syncs sysfs after a bind whose VF netdev
+    /// still exists (a real probe lists the netdev under `<VF>/net/` wherever it was),
+    /// for callers that keep the tree in sync with the netns (tests/explore.rs).
+    pub fn probe_on_bind_synced(&self, orig: &HostSnapshot) -> ProbeEmu {
+        self.probe_impl(orig, true)
+    }
+
+    fn probe_impl(&self, orig: &HostSnapshot, sync_always: bool) -> ProbeEmu {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let binds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (root, orig) = (self.root.clone(), orig.clone());
@@ -852,10 +1004,17 @@ impl EmuHost {
                             .as_deref()
                             .is_some_and(|p| links.iter().any(|l| l["ifname"].as_str() == Some(p)));
                         if let (false, Some(name)) = (peer_here, vf.netdev.as_deref()) {
-                            host.recreate_vf_pair(vf.index, name, &orig)
+                            // udev cannot give the predictable name when another link
+                            // holds it: the netdev keeps a kernel name (`ib<N>`).
+                            let taken = links.iter().any(|l| l["ifname"].as_str() == Some(name));
+                            let kname = format!("ib{}", vf.index + 100 * vf.pf);
+                            let name = if taken { kname.as_str() } else { name };
+                            host.recreate_pair_of(vf, name, &orig)
                                 .and_then(|()| host.sync_netdevs())
                                 .expect("re-creating the VF pair");
                             recreated = true;
+                        } else if sync_always {
+                            let _ = host.sync_netdevs();
                         }
                     }
                     seen.push((bdf.to_string(), recreated));
@@ -926,7 +1085,11 @@ impl EmuHost {
     /// down. Does not touch the emulated sysfs (see [`EmuHost::sync_netdevs`]).
     /// Errors: `orig` lacks the pair; panics when `ip link add` fails.
     pub fn recreate_vf_pair(&self, n: u32, name: &str, orig: &HostSnapshot) -> io::Result<()> {
-        let vf = self.vf(n);
+        self.recreate_pair_of(self.vf(n), name, orig)
+    }
+
+    /// [`EmuHost::recreate_vf_pair`] for any VF (of either PF).
+    pub fn recreate_pair_of(&self, vf: &EmuVf, name: &str, orig: &HostSnapshot) -> io::Result<()> {
         let (Some(dev), Some(peer)) = (vf.netdev.as_deref(), vf.peer.as_deref()) else {
             return Ok(());
         };
@@ -955,21 +1118,39 @@ impl EmuHost {
     pub fn sync_netdevs(&self) -> io::Result<()> {
         // One sync at a time in this process: the driver-probe emulation's thread
         // ([`EmuHost::probe_on_bind`]) syncs too, and two rebuilding the same links race.
-        static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = SYNC.lock().unwrap_or_else(|e| e.into_inner());
         let links = self.host_links_json()?;
+        self.sync_from_locked(&links)
+    }
+
+    /// [`EmuHost::sync_netdevs`] from the host netns' links already read by the caller
+    /// (objects with `ip -j link show`'s `ifname`, `ifindex`, `address`, `mtu` and, for
+    /// a veth, `link`: its peer's name when the peer is in the same netns), for callers
+    /// that read them faster than `ip -n` can (tests/explore.rs, over netlink).
+    pub fn sync_netdevs_from(&self, links: &[serde_json::Value]) -> io::Result<()> {
+        let _one = SYNC.lock().unwrap_or_else(|e| e.into_inner());
+        self.sync_from_locked(links)
+    }
+
+    fn sync_from_locked(&self, links: &[serde_json::Value]) -> io::Result<()> {
         let by_name = |n: &str| links.iter().find(|l| l["ifname"].as_str() == Some(n));
         let class_net = self.root.join("class/net");
         for e in fs::read_dir(&class_net)? {
             fs::remove_file(e?.path())?;
         }
         let mut devices: Vec<(&Path, &str)> = vec![(&self.pf.dir, &self.pf.peer)];
+        if let Some(pf1) = &self.pf1 {
+            devices.push((&pf1.dir, &pf1.peer));
+        }
         for vf in &self.vfs {
             if let Some(peer) = &vf.peer {
                 devices.push((&vf.dir, peer));
             }
         }
         for (dir, peer) in devices {
+            if !dir.exists() {
+                continue; // a VF removed by [`EmuHost::remove_vf`]
+            }
             let net = dir.join("net");
             if net.exists() {
                 fs::remove_dir_all(&net)?;
@@ -1024,39 +1205,151 @@ impl EmuHost {
         self.pci_device(&rp, "0x8086", "0x2030", "0x060400", Some("pcieport"))?;
 
         // PF.
-        let pf = &self.pf.dir;
-        self.pci_device(pf, "0x15b3", "0x101b", "0x020700", Some(MLX5_CORE))?;
-        let total = numvfs.max(8);
-        fs::write(pf.join("sriov_totalvfs"), format!("{total}\n"))?;
-        fs::write(pf.join("sriov_numvfs"), format!("{numvfs}\n"))?;
-        fs::write(pf.join("sriov_offset"), "2\n")?;
-        fs::write(pf.join("sriov_stride"), "1\n")?;
-        fs::write(pf.join("sriov_vf_device"), "101c\n")?;
-        self.rdma_device(pf, &self.pf.rdma, &[0xffff])?;
-        let gids = pf
-            .join("infiniband")
-            .join(&self.pf.rdma)
-            .join("ports/1/gids");
-        fs::create_dir_all(&gids)?;
-        fs::write(gids.join("0"), format!("{}\n", gid_text(PF_PORT_GUID)))?;
-
+        self.pf_tree(&self.pf, numvfs, 2, PF_PORT_GUID)?;
+        if let Some(pf1) = &self.pf1 {
+            let n1 = self.vfs.iter().filter(|v| v.pf == 1).count() as u32;
+            self.pf_tree(pf1, n1, PF1_VF_OFFSET, PF1_PORT_GUID)?;
+        }
+        if let Some(pt) = &self.passthrough {
+            self.pci_device(pt, "0x15b3", "0x101b", "0x020700", Some(VFIO_PCI))?;
+        }
         for vf in &self.vfs {
-            self.pci_device(&vf.dir, "0x15b3", "0x101c", "0x020700", Some(&vf.driver))?;
-            self.link(&vf.dir.join("physfn"), pf)?;
-            self.link(&pf.join(format!("virtfn{}", vf.index)), &vf.dir)?;
-            if let Some(rdma) = &vf.rdma {
-                self.rdma_device(&vf.dir, rdma, &vf.pkeys)?;
-            }
-            if let Some(o) = &vf.ofed_dir {
-                fs::create_dir_all(o)?;
-                let node = vf.node_guid.as_deref().unwrap_or(ZERO_GUID);
-                let port = vf.port_guid.as_deref().unwrap_or(ZERO_GUID);
-                fs::write(o.join("node"), format!("{node}\n"))?;
-                fs::write(o.join("port"), format!("{port}\n"))?;
-                fs::write(o.join("policy"), "Follow\n")?;
-            }
+            self.vf_tree(vf)?;
         }
         Ok(())
+    }
+
+    fn pf_tree(&self, pf: &EmuPf, numvfs: u32, offset: u32, port_guid: &str) -> io::Result<()> {
+        let dir = &pf.dir;
+        self.pci_device(dir, "0x15b3", "0x101b", "0x020700", Some(MLX5_CORE))?;
+        let total = numvfs.max(8);
+        fs::write(dir.join("sriov_totalvfs"), format!("{total}\n"))?;
+        fs::write(dir.join("sriov_numvfs"), format!("{numvfs}\n"))?;
+        fs::write(dir.join("sriov_offset"), format!("{offset}\n"))?;
+        fs::write(dir.join("sriov_stride"), "1\n")?;
+        fs::write(dir.join("sriov_vf_device"), "101c\n")?;
+        self.rdma_device(dir, &pf.rdma, &[0xffff])?;
+        let gids = dir.join("infiniband").join(&pf.rdma).join("ports/1/gids");
+        fs::create_dir_all(&gids)?;
+        fs::write(gids.join("0"), format!("{}\n", gid_text(port_guid)))
+    }
+
+    fn pf_of(&self, vf: &EmuVf) -> &EmuPf {
+        match (&self.pf1, vf.pf) {
+            (Some(pf1), 1) => pf1,
+            _ => &self.pf,
+        }
+    }
+
+    /// VF `vf`'s directory, links and OFED files as at creation.
+    fn vf_tree(&self, vf: &EmuVf) -> io::Result<()> {
+        let pf = &self.pf_of(vf).dir;
+        self.pci_device(&vf.dir, "0x15b3", "0x101c", "0x020700", Some(&vf.driver))?;
+        self.link(&vf.dir.join("physfn"), pf)?;
+        self.link(&pf.join(format!("virtfn{}", vf.index)), &vf.dir)?;
+        if let Some(rdma) = &vf.rdma {
+            self.rdma_device(&vf.dir, rdma, &vf.pkeys)?;
+        }
+        if let Some(o) = &vf.ofed_dir {
+            fs::create_dir_all(o)?;
+            let node = vf.node_guid.as_deref().unwrap_or(ZERO_GUID);
+            let port = vf.port_guid.as_deref().unwrap_or(ZERO_GUID);
+            fs::write(o.join("node"), format!("{node}\n"))?;
+            fs::write(o.join("port"), format!("{port}\n"))?;
+            fs::write(o.join("policy"), "Follow\n")?;
+        }
+        Ok(())
+    }
+
+    /// Emulates unbinding VF `vf`'s driver: its `driver` link and the driver's back link
+    /// go, and its netdev is torn down wherever it is (its veth pair deleted through the
+    /// host-side peer), then sysfs is synced. Ok when already unbound.
+    pub fn unbind_vf(&self, vf: &EmuVf) -> io::Result<()> {
+        let bdf = vf.dir.file_name().expect("device dir has a name");
+        let _ = fs::remove_file(vf.dir.join("driver"));
+        let _ = fs::remove_file(self.root.join("bus/pci/drivers").join(&vf.driver).join(bdf));
+        if let Some(peer) = &vf.peer {
+            let _ = self.host_exec(&["ip", "link", "del", peer]);
+        }
+        self.sync_netdevs()
+    }
+
+    /// Emulates binding VF `vf`'s driver again after [`EmuHost::unbind_vf`] (or after
+    /// [`EmuHost::restore_vf`]): the driver links come back and, when its pair is gone,
+    /// the netdev is re-created as in `orig` under its original name with its original
+    /// admin state. Then sysfs is synced.
+    pub fn bind_vf(&self, vf: &EmuVf, orig: &HostSnapshot) -> io::Result<()> {
+        let bdf = vf.dir.file_name().expect("device dir has a name");
+        let drv_dir = self.root.join("bus/pci/drivers").join(&vf.driver);
+        if fs::symlink_metadata(vf.dir.join("driver")).is_err() {
+            self.link(&vf.dir.join("driver"), &drv_dir)?;
+        }
+        if fs::symlink_metadata(drv_dir.join(bdf)).is_err() {
+            self.link(&drv_dir.join(bdf), &vf.dir)?;
+        }
+        if let (Some(name), Some(peer)) = (&vf.netdev, &vf.peer) {
+            let links = self.host_links_json()?;
+            let here = links
+                .iter()
+                .any(|l| l["ifname"].as_str() == Some(peer.as_str()));
+            if !here {
+                // The predictable name held by another link: the kernel name stays.
+                let taken = links.iter().any(|l| l["ifname"].as_str() == Some(name));
+                let kname = format!("ib{}", vf.index + 100 * vf.pf);
+                let now = if taken { kname.as_str() } else { name.as_str() };
+                self.recreate_pair_of(vf, now, orig)?;
+                if orig.link(name).is_some_and(|l| l.up) {
+                    self.host_ip(&["link", "set", now, "up"]);
+                }
+            }
+        }
+        self.sync_netdevs()
+    }
+
+    /// Emulates lowering `sriov_numvfs` so that VF `vf` no longer exists: its directory
+    /// (moved aside), `virtfn<N>` link, `bus/pci/devices` entry, driver back link and
+    /// RDMA class link go, its netdev is torn down wherever it is, and the PF's
+    /// `sriov_numvfs` drops by one. [`EmuHost::restore_vf`] undoes it.
+    pub fn remove_vf(&self, vf: &EmuVf) -> io::Result<()> {
+        let pf = &self.pf_of(vf).dir;
+        let bdf = vf.dir.file_name().expect("device dir has a name");
+        if !vf.dir.exists() {
+            return Ok(());
+        }
+        if let Some(peer) = &vf.peer {
+            let _ = self.host_exec(&["ip", "link", "del", peer]);
+        }
+        let _ = fs::remove_file(pf.join(format!("virtfn{}", vf.index)));
+        let _ = fs::remove_file(self.root.join("bus/pci/devices").join(bdf));
+        let _ = fs::remove_file(self.root.join("bus/pci/drivers").join(&vf.driver).join(bdf));
+        if let Some(rdma) = &vf.rdma {
+            let _ = fs::remove_file(self.root.join("class/infiniband").join(rdma));
+        }
+        if let Some(o) = &vf.ofed_dir {
+            let _ = fs::remove_dir_all(o);
+        }
+        fs::remove_dir_all(&vf.dir)?;
+        let n = fs::read_to_string(pf.join("sriov_numvfs"))?;
+        let n: u32 = n.trim().parse().unwrap_or(1);
+        fs::write(
+            pf.join("sriov_numvfs"),
+            format!("{}\n", n.saturating_sub(1)),
+        )?;
+        self.sync_netdevs()
+    }
+
+    /// Undoes [`EmuHost::remove_vf`]: the VF is created again as at the start (tree,
+    /// OFED files with their initial content, driver bound, netdev as in `orig`).
+    pub fn restore_vf(&self, vf: &EmuVf, orig: &HostSnapshot) -> io::Result<()> {
+        if vf.dir.join("vendor").exists() {
+            return Ok(());
+        }
+        let pf = &self.pf_of(vf).dir;
+        self.vf_tree(vf)?;
+        let n = fs::read_to_string(pf.join("sriov_numvfs"))?;
+        let n: u32 = n.trim().parse().unwrap_or(0);
+        fs::write(pf.join("sriov_numvfs"), format!("{}\n", n + 1))?;
+        self.bind_vf(vf, orig)
     }
 
     /// `<dir>` with vendor/device/class files, the `bus/pci/devices/<BDF>` link, the
@@ -1116,6 +1409,9 @@ impl EmuHost {
         ]);
         let mut batch = String::from("link set lo up\n");
         let mut pairs = vec![(self.pf.netdev.as_str(), self.pf.peer.as_str())];
+        if let Some(pf1) = &self.pf1 {
+            pairs.push((pf1.netdev.as_str(), pf1.peer.as_str()));
+        }
         for vf in &self.vfs {
             if let (Some(n), Some(p)) = (&vf.netdev, &vf.peer) {
                 pairs.push((n, p));
@@ -1168,6 +1464,10 @@ impl Drop for EmuHost {
         }
     }
 }
+
+/// One sync of the emulated sysfs at a time in this process (see
+/// [`EmuHost::sync_netdevs`]).
+static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Deletes a named netns (`ip netns del`); Ok when it does not exist.
 pub fn delete_netns(name: &str) -> io::Result<()> {
