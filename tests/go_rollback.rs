@@ -242,10 +242,7 @@ fn cache_file_from_an_earlier_boot_is_not_acted_on() {
     // show that nothing is moved out of it.
     std::fs::remove_dir_all(&lab.state).unwrap();
     let attached = lab.host.snapshot();
-    let cni_path = format!(
-        "{}:{DEBIAN_CNI}",
-        common::lab::bin().parent().unwrap().display()
-    );
+    let cni_path = cni_path();
     let out = lab.run(
         "DEL",
         f["containerID"].as_str().unwrap(),
@@ -275,10 +272,7 @@ fn killed_around_the_cache_file() {
         let pod = lab.host.new_pod();
         let before = lab.host.snapshot();
         let cache = dir.join(f["file"].as_str().unwrap());
-        let cni_path = format!(
-            "{}:{DEBIAN_CNI}",
-            common::lab::bin().parent().unwrap().display()
-        );
+        let cni_path = cni_path();
         let cid = f["containerID"].as_str().unwrap();
         let env = [
             ("CNI_PATH", cni_path.as_str()),
