@@ -32,13 +32,14 @@ while [ $# -gt 0 ]; do
             { s = $4; sub(":", "", s); seeds = seeds (seeds ? "," : "") s
               for (i = 1; i <= NF; i++) {
                 if ($i == "ops") ops += $(i + 1)
+                if ($i == "generated") gen += $(i + 1)
                 if ($i == "faulted") faulted += $(i + 1)
                 if ($i == "checks") checks += $(i + 1)
                 if ($i == "quiescences") q += $(i + 1)
                 if ($i == "violation" && $(i + 1) != "None") v++
                 if ($i == "faults") { n = split($(i + 1), kv, ","); for (k = 1; k <= n; k++) { split(kv[k], p, "="); f[p[1]] += p[2] } }
               } }
-            END { printf "seeds %d, ops %d, ops faulted %d (%.1f%%), invariant checks %d, quiescences %d, violations %d\nfaults by kind:", NR, ops, faulted, ops ? 100 * faulted / ops : 0, checks, q, v
+            END { printf "seeds %d, ops executed %d of %d generated, ops faulted %d (%.1f%% of executed), invariant checks %d, quiescences %d, violations %d\nfaults by kind:", NR, ops, gen, faulted, ops ? 100 * faulted / ops : 0, checks, q, v
                   for (k in f) printf " %s=%d", k, f[k]; printf "\nseeds: %s\n", seeds }'
         grep -a '^explore: VIOLATION' "$2" | sort -u || true
         exit 0 ;;

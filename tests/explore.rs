@@ -128,8 +128,9 @@ fn run_seeds(
             .collect();
         kinds.sort();
         eprintln!(
-            "explore progress: seed {seed}: ops {} faulted {} checks {} quiescences {} violation {:?} faults {}",
+            "explore progress: seed {seed}: ops {} generated {} faulted {} checks {} quiescences {} violation {:?} faults {}",
             r.stats.ops,
+            r.stats.generated,
             r.stats.ops_faulted,
             r.stats.checks,
             r.stats.quiesces,

@@ -591,7 +591,11 @@ pub struct Violation {
 /// Counters of a run.
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    /// Ops executed: generated ops whose preconditions held (for a `par` group, at
+    /// least one member ran). Skipped ops are counted in `skipped`, not here.
     pub ops: u64,
+    /// Ops generated (or read from a list), executed or not.
+    pub generated: u64,
     pub plugin_calls: u64,
     pub ops_faulted: u64,
     pub faults: BTreeMap<String, u64>,
@@ -606,6 +610,7 @@ pub struct Stats {
 impl Stats {
     pub fn add(&mut self, o: &Stats) {
         self.ops += o.ops;
+        self.generated += o.generated;
         self.plugin_calls += o.plugin_calls;
         self.ops_faulted += o.ops_faulted;
         for (k, v) in &o.faults {
@@ -625,8 +630,8 @@ impl Stats {
             0.0
         };
         let mut s = format!(
-            "explore: ops {} ({:.1}/s over {:.0}s), plugin calls {}, ops faulted {} ({pct:.1}%), invariant checks {}, quiescences {}, skipped {}, violations {}\n",
-            self.ops, self.ops as f64 / secs, secs, self.plugin_calls, self.ops_faulted,
+            "explore: ops {} executed ({:.1}/s over {:.0}s) of {} generated, plugin calls {}, ops faulted {} ({pct:.1}% of executed), invariant checks {}, quiescences {}, skipped {}, violations {}\n",
+            self.ops, self.ops as f64 / secs, secs, self.generated, self.plugin_calls, self.ops_faulted,
             self.checks, self.quiesces, self.skipped, self.violations
         );
         s += "explore: faults by kind:";
@@ -698,6 +703,8 @@ impl Default for RunOpts {
 }
 
 pub struct World {
+    /// The members of the last CNI group that ran (set by `run_group`, read by `step`).
+    group_ran: Option<Vec<Op>>,
     pub host: EmuHost,
     _probe: Option<ProbeEmu>,
     pub start: HostSnapshot,
@@ -940,6 +947,7 @@ impl World {
         };
         let start_rdma = list_dir(&host.root().join("class/infiniband"));
         World {
+            group_ran: None,
             host,
             _probe: Some(probe),
             start,
@@ -1079,23 +1087,47 @@ impl World {
     /// Runs one op and checks the invariants; Err on a violation.
     pub fn step(&mut self, op: &Op) -> Result<(), Violation> {
         self.step += 1;
-        self.stats.ops += 1;
+        self.stats.generated += 1;
         if self.opts.verbose {
             eprintln!("explore step {}: {op}", self.step);
         }
         let t = Instant::now();
         let skipped = self.stats.skipped;
+        self.group_ran = None;
         let r = self.exec(op);
-        // A fault counts when it was injected (an op whose preconditions did not hold
-        // is skipped and injects nothing).
-        let faults = op.faults();
-        if !faults.is_empty() && (self.stats.skipped == skipped || matches!(op, Op::Par(_))) {
+        // An op counts as executed, and its faults as injected, only when its
+        // preconditions held: a skipped op injects nothing. Of a CNI group, the members
+        // that ran.
+        let group = matches!(
+            op,
+            Op::Add { .. }
+                | Op::Del { .. }
+                | Op::Check { .. }
+                | Op::Status { .. }
+                | Op::Gc { .. }
+                | Op::Par(_)
+        );
+        let (ran, faults) = match self.group_ran.take() {
+            Some(members) if group => (
+                !members.is_empty(),
+                members.iter().flat_map(|o| o.faults()).collect(),
+            ),
+            _ => (self.stats.skipped == skipped, op.faults()),
+        };
+        if ran {
+            self.stats.ops += 1;
+        }
+        if ran && !faults.is_empty() {
             self.stats.ops_faulted += 1;
             for f in faults {
                 *self.stats.faults.entry(f).or_default() += 1;
             }
         }
         let t1 = t.elapsed();
+        if !ran && r.is_ok() {
+            // Nothing was done: the invariants stand as checked after the last step.
+            return Ok(());
+        }
         self.sync();
         let t2 = t.elapsed();
         r?;
@@ -1794,6 +1826,7 @@ impl World {
             };
             preps.push(p);
         }
+        self.group_ran = Some(preps.iter().map(|p| p.op.clone()).collect());
         if preps.is_empty() {
             return Ok(());
         }
