@@ -1,7 +1,7 @@
 #!/bin/sh
 # Randomized fault exploration against a reference model (issue 33; tests/explore.rs).
 #
-#   scripts/explore.sh [--seconds N] [--seed S] [--jobs J] [--ops-per-seed K]
+#   scripts/explore.sh [--seconds N] [--ops N] [--seed S] [--jobs J] [--ops-per-seed K]
 #   EXPLORE_SEED=123 EXPLORE_OPS=457 scripts/explore.sh --replay   # a reported failure
 #   scripts/explore.sh --file tests/fixtures/explore/NAME.ops      # one saved op list
 #   scripts/explore.sh --regressions                               # every saved list
@@ -12,7 +12,9 @@
 # checks, violations and the seeds used. A violation is shrunk automatically and saved
 # to $EXPLORE_SAVE_DIR (default /tmp/explore-shrunk); copy it to tests/fixtures/explore/
 # to keep it as a regression. IB_SRIOV_BIN=/path/to/ib-sriov runs another binary (built
-# with --features failpoints), e.g. a snapshot for a long run.
+# with --features failpoints), e.g. a snapshot for a long run. --release builds the
+# explorer and the plugin optimized (about twice the ops per second); --ops N starts
+# no new seed once N ops have been executed (the seeds under way finish).
 set -eu
 cd "$(dirname "$0")/.."
 secs=600
@@ -21,6 +23,8 @@ while [ $# -gt 0 ]; do
     --seconds) secs="$2"; shift 2 ;;
     --seed) export EXPLORE_SEED="$2"; shift 2 ;;
     --jobs) export EXPLORE_JOBS="$2"; shift 2 ;;
+    --ops) export EXPLORE_TARGET_OPS="$2"; shift 2 ;;   # no new seed past N executed ops
+    --release) profile=--release; shift ;;
     --ops-per-seed) export EXPLORE_OPS="$2"; shift 2 ;;
     --replay) export EXPLORE_REPLAY=1; shift ;;
     --file) export EXPLORE_FILE="$2"; shift 2 ;;
@@ -52,4 +56,4 @@ export EXPLORE_SECONDS="$secs"
 if [ "${regressions:-0}" = 1 ]; then
     exec cargo test --target "$triple" --features failpoints --test explore regressions -- --nocapture
 fi
-exec cargo test --target "$triple" --features failpoints --test explore long -- --ignored --nocapture
+exec cargo test ${profile:-} --target "$triple" --features failpoints --test explore long -- --ignored --nocapture

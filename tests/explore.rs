@@ -51,6 +51,7 @@ mod engine;
 
 use engine::{Op, RunOpts, Stats};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn env_u64(k: &str, d: u64) -> u64 {
@@ -102,6 +103,9 @@ fn report_violation(
     s
 }
 
+/// Ops executed so far by all jobs of this process.
+static EXECUTED: AtomicU64 = AtomicU64::new(0);
+
 /// Runs seeds from `first` (stepping by `step`) until `deadline`, reporting each
 /// violation (shrunk); stops at the first one when `stop` is set. Prints a progress
 /// line per seed.
@@ -116,8 +120,11 @@ fn run_seeds(
     let mut total = Stats::default();
     let mut viol = Vec::new();
     let mut seed = first;
-    while Instant::now() < deadline {
+    // EXPLORE_TARGET_OPS: no new seed once the jobs together have executed that many.
+    let target = env_u64("EXPLORE_TARGET_OPS", 0);
+    while Instant::now() < deadline && (target == 0 || EXECUTED.load(Ordering::SeqCst) < target) {
         let r = engine::run_seed(seed, ops_per_seed, deadline, opts);
+        EXECUTED.fetch_add(r.stats.ops, Ordering::SeqCst);
         total.add(&r.stats);
         total.elapsed += r.stats.elapsed;
         let mut kinds: Vec<String> = r
