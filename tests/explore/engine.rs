@@ -121,6 +121,13 @@ impl Net {
 
 const NETS: [Net; 3] = [Net::B, Net::H, Net::X];
 
+/// Every this many steps `check_all` reads every pod netns, not only those the step may
+/// have changed.
+const POD_SWEEP: u64 = 20;
+
+/// In `World::touched`: read every pod netns at the next check.
+const ALL_PODS: &str = "*";
+
 pub const ADD_POINTS: [&str; 9] = [
     "add.journal",
     "add.link_state",
@@ -703,6 +710,11 @@ impl Default for RunOpts {
 }
 
 pub struct World {
+    /// Pods this step may have changed: those named by its ops and those holding an
+    /// attachment before it. With the pods holding one after it, the only ones whose
+    /// links `check_all` reads between sweeps: a pod netns changes only by an op
+    /// naming it or an attachment in it.
+    touched: BTreeSet<String>,
     /// The members of the last CNI group that ran (set by `run_group`, read by `step`).
     group_ran: Option<Vec<Op>>,
     pub host: EmuHost,
@@ -947,6 +959,7 @@ impl World {
         };
         let start_rdma = list_dir(&host.root().join("class/infiniband"));
         World {
+            touched: BTreeSet::new(),
             group_ran: None,
             host,
             _probe: Some(probe),
@@ -1094,6 +1107,9 @@ impl World {
         let t = Instant::now();
         let skipped = self.stats.skipped;
         self.group_ran = None;
+        let before: Vec<String> = self.model.atts.values().map(|a| a.pod.clone()).collect();
+        self.touched.extend(before);
+        op_pods(op, &mut self.touched);
         let r = self.exec(op);
         // An op counts as executed, and its faults as injected, only when its
         // preconditions held: a skipped op injects nothing. Of a CNI group, the members
@@ -2050,6 +2066,11 @@ impl World {
                             .collect();
                         let _ = other_holder;
                         for h in others {
+                            // A Go holder's VF state was undone by this ADD first, as
+                            // its DEL would have (upgrade::finish_dead).
+                            if let Some(c) = self.model.atts.get(&h).and_then(|a| a.go) {
+                                self.go_del_effects(*dev, c);
+                            }
                             if let Some(a) = self.model.atts.get_mut(&h) {
                                 a.st = St::Orphan;
                                 a.ipam_may = true;
@@ -2423,12 +2444,18 @@ impl World {
             }
         }
         if let Some(c) = a.go {
-            // Go's DEL leaves the netdev down and sets node GUID to HostIFGUID.
-            self.model.devs[d].up = false;
-            if c == 'a' || c == 'f' {
-                let vf = self.vf(d).unwrap();
-                self.model.devs[d].ofed[0] = format!("{}\n", vf.port_guid.clone().unwrap());
-            }
+            self.go_del_effects(d, c);
+        }
+    }
+
+    /// What the DEL of the Go attachment of fixture `c` leaves on VF `d` (ours, run by
+    /// the runtime, or finished by an ADD that found its pod gone: `upgrade::finish_dead`):
+    /// the netdev down, and the node GUID set to HostIFGUID.
+    fn go_del_effects(&mut self, d: usize, c: char) {
+        self.model.devs[d].up = false;
+        if c == 'a' || c == 'f' {
+            let vf = self.vf(d).unwrap();
+            self.model.devs[d].ofed[0] = format!("{}\n", vf.port_guid.clone().unwrap());
         }
     }
 
@@ -2855,8 +2882,15 @@ impl World {
             .unwrap_or_default(),
         };
         let mut pods: BTreeMap<String, Vec<LinkSnapshot>> = BTreeMap::new();
+        // Every pod at a sweep; between sweeps those the step may have changed.
+        let full = self.step.is_multiple_of(POD_SWEEP);
+        let touched = std::mem::take(&mut self.touched);
         for (p, alive) in &self.model.pods {
-            if *alive {
+            let relevant = full
+                || touched.contains(p)
+                || (touched.contains(ALL_PODS))
+                || self.model.atts.values().any(|a| &a.pod == p);
+            if *alive && relevant {
                 let links = ns_links(&self.netns_name(p))
                     .ok_or_else(|| v(2, format!("pod {p} netns vanished")))?;
                 pods.insert(p.clone(), links);
@@ -3238,6 +3272,42 @@ fn classify(o: std::process::Output, took: Duration) -> Call {
         )
     };
     Call { out, took, stderr }
+}
+
+/// The pods whose netns `op` may change by naming them (an attachment's pod when it
+/// is held elsewhere is added by `step`); every pod (`ALL_PODS`) for the ops that reach
+/// all of them.
+fn op_pods(op: &Op, out: &mut BTreeSet<String>) {
+    match op {
+        Op::Add { cid, .. } | Op::Del { cid, .. } | Op::Check { cid, .. } => {
+            out.insert(cid.clone());
+        }
+        Op::Par(v) => v.iter().for_each(|o| op_pods(o, out)),
+        Op::GoAdd(c) | Op::GoDel(c) => {
+            out.insert(format!("go{c}"));
+        }
+        Op::RmNs { pod, .. } | Op::KillDev { pod, .. } => {
+            out.insert(pod.clone());
+        }
+        Op::Gc { .. }
+        | Op::Status { .. }
+        | Op::Udev { .. }
+        | Op::UdevBack(_)
+        | Op::Squat(_)
+        | Op::Unsquat(_)
+        | Op::Unbind(_)
+        | Op::Bind(_)
+        | Op::RmVf(_)
+        | Op::AddVf(_)
+        | Op::Fill(_)
+        | Op::Unfill
+        | Op::Hold(_)
+        | Op::Release
+        | Op::Fix(_) => {}
+        Op::Reboot | Op::Quiesce => {
+            out.insert(ALL_PODS.to_string());
+        }
+    }
 }
 
 fn op_dev(op: &Op) -> Option<usize> {
