@@ -9,35 +9,13 @@
 
 mod common;
 
+use common::failpoints::{ADD_POINTS, DEL_POINTS};
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
-
-/// Every fail point of ADD that this configuration reaches, in execution order
-/// (`add.rdma` needs an RDMA subsystem: tests/rdma_orchestration.rs covers its failure).
-const ADD_POINTS: [&str; 9] = [
-    "add.journal",
-    "add.link_state",
-    "add.guid",
-    "add.rebind",
-    "add.device_info",
-    "add.move",
-    "add.ipam",
-    "add.addresses",
-    "add.complete",
-];
-
-/// Every fail point of DEL this configuration reaches, in execution order.
-const DEL_POINTS: [&str; 5] = [
-    "del.ipam",
-    "del.move",
-    "del.guid",
-    "del.link_state",
-    "del.journal",
-];
 
 /// A config that exercises every step: GUID (set via OFED + driver rebind), link state,
 /// device-info file, netdev move, built-in IPAM.

@@ -15,6 +15,7 @@
 mod common;
 
 use common::emuhost::{exec_in_netns, EmuHost, EmuOptions, Pod};
+use common::lab::list;
 use common::libcni::driver;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -153,18 +154,6 @@ impl Lab {
             })
             .collect()
     }
-}
-
-fn list(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 fn read(p: Option<PathBuf>) -> String {

@@ -775,17 +775,7 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
     let lab = Lab::default();
     let vf = lab.host.vf(1);
     let before = lab.host.snapshot();
-    for point in [
-        "add.journal",
-        "add.link_state",
-        "add.guid",
-        "add.rebind",
-        "add.device_info",
-        "add.move",
-        "add.ipam",
-        "add.addresses",
-        "add.complete",
-    ] {
+    for point in common::failpoints::ADD_POINTS {
         let pod = lab.host.new_pod();
         let mut conf = lab.conf("1.0.0", 1);
         conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");

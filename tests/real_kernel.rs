@@ -14,6 +14,7 @@
 mod common;
 
 use common::emuhost::link_addrs;
+use common::lab::list;
 use ib_sriov_cni::netlink::Netlink;
 use ib_sriov_cni::netns::NetNs;
 use ib_sriov_cni::rdma::{errno, NetnsMode, RdmaError, RdmaOps, RdmaSocket};
@@ -399,18 +400,6 @@ impl Plugin {
             })
             .collect()
     }
-}
-
-fn list(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 /// The pod side after a successful ADD: `net1` is up with the allocated address and the

@@ -44,6 +44,8 @@
 mod common;
 
 use common::emuhost::{vf_netdev, vf_peer, EmuHost, EmuOptions, HostSnapshot, LinkSnapshot, Pod};
+use common::failpoints::{ADD_POINTS, DEL_POINTS};
+use common::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -59,47 +61,6 @@ const SUBNET_PREFIX: &str = "10.57.0.";
 const VFS: u32 = 6;
 /// A plugin run longer than this is a hang.
 const HANG: Duration = Duration::from_secs(60);
-
-const ADD_POINTS: [&str; 9] = [
-    "add.journal",
-    "add.link_state",
-    "add.guid",
-    "add.rebind",
-    "add.device_info",
-    "add.move",
-    "add.ipam",
-    "add.addresses",
-    "add.complete",
-];
-const DEL_POINTS: [&str; 5] = [
-    "del.ipam",
-    "del.move",
-    "del.guid",
-    "del.link_state",
-    "del.journal",
-];
-
-/// splitmix64: small, seedable, good enough to pick test actions.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 /// How an invocation is disturbed.
 #[derive(Debug, Clone, Copy)]
@@ -279,7 +240,7 @@ impl Soak {
             ));
         }
         if self.rng.chance(50) {
-            c["link_state"] = json!(self.rng.pick(&["enable", "disable", "auto"]));
+            c["link_state"] = json!(*self.rng.pick(&["enable", "disable", "auto"]).unwrap());
         }
         let mut devinfo = None;
         if self.rng.chance(30) {
@@ -312,16 +273,16 @@ impl Soak {
 
     fn add_kill(&mut self) -> Kill {
         match self.rng.below(100) {
-            0..=14 => Kill::Point(self.rng.pick(&ADD_POINTS)),
+            0..=14 => Kill::Point(self.rng.pick(&ADD_POINTS).unwrap()),
             15..=29 => Kill::Signal(Duration::from_micros(self.rng.below(60_000))),
-            30..=37 => Kill::Error(self.rng.pick(&ADD_POINTS)),
+            30..=37 => Kill::Error(self.rng.pick(&ADD_POINTS).unwrap()),
             _ => Kill::None,
         }
     }
 
     fn del_kill(&mut self) -> Kill {
         match self.rng.below(100) {
-            0..=14 => Kill::Point(self.rng.pick(&DEL_POINTS)),
+            0..=14 => Kill::Point(self.rng.pick(&DEL_POINTS).unwrap()),
             15..=27 => Kill::Signal(Duration::from_micros(self.rng.below(20_000))),
             _ => Kill::None,
         }

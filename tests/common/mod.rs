@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod emuhost;
+pub mod failpoints;
 pub mod gofix;
 pub mod guid;
 pub mod lab;
 pub mod libcni;
+pub mod rng;

@@ -8,6 +8,9 @@ use crate::common::emuhost::{
     self, EmuHost, EmuOptions, EmuVf, HostSnapshot, LinkSnapshot, ProbeEmu, NETNS_DIR,
     PASSTHROUGH_BDF,
 };
+use crate::common::failpoints::{DEL_POINTS as DEL_STEP_POINTS, DEL_RECOVERY_POINT};
+use crate::common::lab::list;
+use crate::common::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -16,43 +19,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-// ---------------------------------------------------------------- PRNG
-
-/// splitmix64: small, seedable, deterministic.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5eed_1b5e_0c0f_fee5)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    /// True with probability `p` per mille.
-    pub fn pm(&mut self, p: u64) -> bool {
-        self.below(1000) < p
-    }
-    pub fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
-        if v.is_empty() {
-            None
-        } else {
-            Some(&v[self.below(v.len() as u64) as usize])
-        }
-    }
-}
 
 // ---------------------------------------------------------------- devices, networks
 
@@ -128,24 +94,15 @@ const POD_SWEEP: u64 = 20;
 /// In `World::touched`: read every pod netns at the next check.
 const ALL_PODS: &str = "*";
 
-pub const ADD_POINTS: [&str; 9] = [
-    "add.journal",
-    "add.link_state",
-    "add.guid",
-    "add.rebind",
-    "add.device_info",
-    "add.move",
-    "add.ipam",
-    "add.addresses",
-    "add.complete",
-];
+use crate::common::failpoints::ADD_POINTS;
+/// DEL's fail points the explorer kills at: the teardown's, then the recovery rebind.
 pub const DEL_POINTS: [&str; 6] = [
-    "del.ipam",
-    "del.move",
-    "del.guid",
-    "del.link_state",
-    "del.journal",
-    "del.recovery_rebind",
+    DEL_STEP_POINTS[0],
+    DEL_STEP_POINTS[1],
+    DEL_STEP_POINTS[2],
+    DEL_STEP_POINTS[3],
+    DEL_STEP_POINTS[4],
+    DEL_RECOVERY_POINT,
 ];
 
 /// The Go fixtures used: (letter, manifest name, device).
@@ -826,18 +783,6 @@ fn ns_links_sel(ns: &str, addrs_of: impl Fn(&str) -> bool) -> Option<Vec<LinkSna
     Some(v)
 }
 
-fn list_dir(d: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 fn go_fixture(c: char) -> Option<(&'static str, usize)> {
     GO_FIXTURES.iter().find(|f| f.0 == c).map(|f| (f.1, f.2))
 }
@@ -957,7 +902,7 @@ impl World {
             devs,
             ..Default::default()
         };
-        let start_rdma = list_dir(&host.root().join("class/infiniband"));
+        let start_rdma = list(&host.root().join("class/infiniband"));
         World {
             touched: BTreeSet::new(),
             group_ran: None,
@@ -1648,7 +1593,7 @@ impl World {
             .unwrap();
         let before = std::time::UNIX_EPOCH + Duration::from_secs(btime - 60);
         for net in [Net::B, Net::H, Net::X, Net::Go] {
-            for f in list_dir(&self.store_dir(net)) {
+            for f in list(&self.store_dir(net)) {
                 let p = self.store_dir(net).join(&f);
                 if let Ok(fh) = std::fs::File::options().write(true).open(&p) {
                     let _ = fh.set_modified(before);
@@ -2787,21 +2732,21 @@ impl World {
             });
         }
         let mut left = Vec::new();
-        for f in list_dir(&self.state) {
+        for f in list(&self.state) {
             if f == "locks" {
-                for l in list_dir(&self.state.join("locks")) {
+                for l in list(&self.state.join("locks")) {
                     if !l.ends_with(".lock") && l != "rebind" && l != "rebind.queue" {
                         left.push(format!("locks/{l}"));
                     }
                 }
-                for l in list_dir(&self.state.join("locks/rebind.queue")) {
+                for l in list(&self.state.join("locks/rebind.queue")) {
                     if l.starts_with('.') {
                         continue;
                     }
                     left.push(format!("locks/rebind.queue/{l}"));
                 }
             } else if f == "vfs" {
-                for l in list_dir(&self.state.join("vfs")) {
+                for l in list(&self.state.join("vfs")) {
                     left.push(format!("vfs/{l}"));
                 }
             } else {
@@ -2813,15 +2758,15 @@ impl World {
                 left.push(format!("{}: {} {:?}", net.name(), r.0, r.1));
             }
         }
-        for f in list_dir(&self.devinfo_dir) {
+        for f in list(&self.devinfo_dir) {
             left.push(format!("devinfo/{f}"));
         }
-        for f in list_dir(&self.host.root().join("go-cache")) {
+        for f in list(&self.host.root().join("go-cache")) {
             left.push(format!("go-cache/{f}"));
         }
         // RDMA placement: every RDMA device where it was (this kernel has no RDMA
         // subsystem, so the plugin moves none; a rebind must not lose one either).
-        let rdma = list_dir(&self.host.root().join("class/infiniband"));
+        let rdma = list(&self.host.root().join("class/infiniband"));
         if rdma != self.start_rdma {
             left.push(format!(
                 "class/infiniband {rdma:?}, at the start {:?}",
@@ -3162,7 +3107,7 @@ impl World {
             }
         }
         // Journals, holder links, Go caches.
-        for f in list_dir(&self.state) {
+        for f in list(&self.state) {
             if f == "locks" || f == "vfs" || f.starts_with('.') {
                 continue;
             }
@@ -3197,7 +3142,7 @@ impl World {
                 return Err(v(1, format!("live {}/{} has no journal", a.cid, a.ifn)));
             }
         }
-        for h in list_dir(&self.state.join("vfs")) {
+        for h in list(&self.state.join("vfs")) {
             let held = (0..DEVS.len()).any(|d| self.addr(d) == h && self.model.holder(d).is_some());
             if !held {
                 return Err(v(
@@ -3208,7 +3153,7 @@ impl World {
         }
         // The Go-format cache files ADD writes for a rollback (goCacheDir, the emulated
         // host's <root>/go-cache): only for attachments that may exist.
-        for f in list_dir(&self.host.root().join("go-cache")) {
+        for f in list(&self.host.root().join("go-cache")) {
             self.stats.checks += 1;
             let ok = f.rsplit_once('-').is_some_and(|(c, i)| {
                 self.model
@@ -3223,7 +3168,7 @@ impl World {
                 ));
             }
         }
-        for f in list_dir(&self.devinfo_dir) {
+        for f in list(&self.devinfo_dir) {
             let ok = self
                 .model
                 .atts
@@ -3345,7 +3290,7 @@ fn reset_ofed(vf: &EmuVf) {
 /// the content names nobody).
 fn records(dir: &Path) -> Vec<(String, Option<(String, String)>)> {
     let mut v = Vec::new();
-    for f in list_dir(dir) {
+    for f in list(dir) {
         if f.parse::<std::net::IpAddr>().is_err() {
             continue;
         }
