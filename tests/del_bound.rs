@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::lab::Lab;
-use serde_json::json;
+use common::lab::{Lab, Run};
+use serde_json::{json, Value};
 use std::fs::File;
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,35 @@ fn hold_vf_lock(lab: &Lab, vf: &str) -> std::process::Child {
     }
 }
 
+/// Runs `verb` of `cid` as if the process had started `ago_ms` ago (the test seam),
+/// with VF `locked`'s lock held by another process for the run when given. Returns
+/// the run and how long it took.
+fn run_late(
+    lab: &Lab,
+    verb: &str,
+    cid: &str,
+    netns: &str,
+    conf: &Value,
+    ago_ms: &str,
+    locked: Option<&str>,
+) -> (Run, Duration) {
+    let mut holder = locked.map(|vf| hold_vf_lock(lab, vf));
+    let t0 = Instant::now();
+    let r = lab.run(
+        verb,
+        cid,
+        netns,
+        conf,
+        &[("IB_SRIOV_TEST_STARTED_AGO_MS", ago_ms)],
+    );
+    let took = t0.elapsed();
+    if let Some(h) = holder.as_mut() {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    (r, took)
+}
+
 /// A busy VF lock with `lockTimeoutMs` at its maximum (10 min): a DEL 58 s into its
 /// time gives up within the 2 s left, with code 11 naming the bound, keeps the
 /// journal, and the retry restores the host.
@@ -58,18 +87,15 @@ fn a_busy_vf_lock_cannot_take_del_past_60_s() {
     let pod = lab.host.new_pod();
     let before = lab.host.snapshot();
     lab.add("bound-1", &pod, &conf).expect_ok();
-    let mut holder = hold_vf_lock(&lab, &vf);
-    let t0 = Instant::now();
-    let r = lab.run(
+    let (r, took) = run_late(
+        &lab,
         "DEL",
         "bound-1",
         pod.netns(),
         &conf,
-        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "58000")],
+        "58000",
+        Some(&vf),
     );
-    let took = t0.elapsed();
-    let _ = holder.kill();
-    let _ = holder.wait();
     let e = r.expect_code(11);
     assert!(
         took < Duration::from_secs(6),
@@ -93,13 +119,7 @@ fn a_rebind_turn_must_begin_by_40_s() {
     let before = lab.host.snapshot();
     lab.add("bound-2", &pod, &conf).expect_ok();
     let binds = lab.driver_file("mlx5_core", "bind");
-    let r = lab.run(
-        "DEL",
-        "bound-2",
-        pod.netns(),
-        &conf,
-        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "45000")],
-    );
+    let (r, _) = run_late(&lab, "DEL", "bound-2", pod.netns(), &conf, "45000", None);
     let e = r.expect_code(11);
     let msg = e["msg"].as_str().unwrap();
     assert!(msg.contains("within 40 s"), "{e}");
@@ -124,18 +144,15 @@ fn add_is_not_cut_by_del_bound() {
     let mut conf = lab.conf("1.0.0", 0);
     conf["lockTimeoutMs"] = json!(1500);
     let pod = lab.host.new_pod();
-    let mut holder = hold_vf_lock(&lab, &vf);
-    let t0 = Instant::now();
-    let r = lab.run(
+    let (r, took) = run_late(
+        &lab,
         "ADD",
         "bound-3",
         pod.netns(),
         &conf,
-        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "58000")],
+        "58000",
+        Some(&vf),
     );
-    let took = t0.elapsed();
-    let _ = holder.kill();
-    let _ = holder.wait();
     r.expect_code(11);
     assert!(took >= Duration::from_millis(1400), "ADD waited {took:?}");
     lab.del("bound-3", pod.netns(), &conf).expect_ok();

@@ -14,7 +14,6 @@ use common::emuhost::{EmuOptions, HostSnapshot, Pod};
 use common::gofix::*;
 use common::lab::{list, Lab};
 use serde_json::{json, Value};
-use std::path::Path;
 
 /// What the Go ADD leaves for a VF with a netdev: GUID (both) and link state set, the
 /// netdev in the pod as net1, up, with host-local's address and the configured routes
@@ -41,23 +40,10 @@ fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
         .status
         .success());
     // host-local's ADD, as ipam.ExecAdd ran it, then ConfigureIface's address and routes.
-    let mut ipam_conf = conf.clone();
-    ipam_conf.as_object_mut().unwrap().remove("stateDir");
     let cid = f["containerID"].as_str().unwrap();
-    let out = lab.host.run_plugin(
-        &Path::new(DEBIAN_CNI).join("host-local"),
-        "ADD",
-        cid,
-        pod.netns(),
-        "net1",
-        &ipam_conf.to_string(),
-        &[("CNI_PATH", DEBIAN_CNI)],
-    );
-    assert!(out.status.success(), "host-local ADD: {out:?}");
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let addr = r["ips"][0]["address"].as_str().unwrap();
+    let addr = host_local_add(&lab.host, cid, pod.netns(), conf);
     assert!(pod
-        .exec(&["ip", "addr", "add", addr, "dev", "net1"])
+        .exec(&["ip", "addr", "add", &addr, "dev", "net1"])
         .status
         .success());
     assert!(pod

@@ -2,7 +2,7 @@
 //! there) and the helpers the upgrade and rollback tests share: the manifest, the DEL
 //! stdin, host-local on `CNI_PATH`, and the host state Go's DEL leaves.
 
-use super::emuhost::{HostSnapshot, Pod};
+use super::emuhost::{EmuHost, HostSnapshot, Pod};
 use super::lab::{list, Lab, Run};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -53,6 +53,26 @@ pub fn run(lab: &Lab, cmd: &str, f: &Value, pod: &Pod, conf: &Value) -> Run {
     let path = cni_path();
     let cid = f["containerID"].as_str().unwrap();
     lab.run(cmd, cid, pod.netns(), conf, &[("CNI_PATH", path.as_str())])
+}
+
+/// host-local's ADD for a Go attachment of container `cid` in netns `netns` (a path),
+/// as the Go plugin's `ipam.ExecAdd` ran it with the attachment's stdin `conf` (without
+/// our `stateDir`); the first address of its result, `a.b.c.d/len`.
+pub fn host_local_add(host: &EmuHost, cid: &str, netns: &str, conf: &Value) -> String {
+    let mut ipam_conf = conf.clone();
+    ipam_conf.as_object_mut().unwrap().remove("stateDir");
+    let out = host.run_plugin(
+        &Path::new(DEBIAN_CNI).join("host-local"),
+        "ADD",
+        cid,
+        netns,
+        "net1",
+        &ipam_conf.to_string(),
+        &[("CNI_PATH", DEBIAN_CNI)],
+    );
+    assert!(out.status.success(), "host-local ADD: {out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    r["ips"][0]["address"].as_str().unwrap().to_string()
 }
 
 /// Installs the cache file as the Go plugin wrote it (dir 0700, file 0600).

@@ -799,7 +799,7 @@ fn go_manifest(name: &str) -> Value {
         .clone()
 }
 
-const DEBIAN_CNI: &str = "/usr/lib/cni";
+use crate::common::gofix::DEBIAN_CNI;
 
 impl World {
     pub fn new(seed: u64, opts: RunOpts) -> World {
@@ -2459,21 +2459,8 @@ impl World {
         ])
         .unwrap();
         ip_ok(&["-n", &pns, "link", "set", "net1", "up"]).unwrap();
-        let mut ipam_conf = conf.clone();
-        ipam_conf.as_object_mut().unwrap().remove("stateDir");
         self.stats.plugin_calls += 1;
-        let out = self.host.run_plugin(
-            &Path::new(DEBIAN_CNI).join("host-local"),
-            "ADD",
-            &cid,
-            &ppath,
-            "net1",
-            &ipam_conf.to_string(),
-            &[("CNI_PATH", DEBIAN_CNI)],
-        );
-        assert!(out.status.success(), "host-local ADD: {out:?}");
-        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let addr = r["ips"][0]["address"].as_str().unwrap().to_string();
+        let addr = crate::common::gofix::host_local_add(&self.host, &cid, &ppath, &conf);
         ip_ok(&["-n", &pns, "addr", "add", &addr, "dev", "net1"]).unwrap();
         let _ = ip_ok(&[
             "-n",
