@@ -963,8 +963,10 @@ impl EmuHost {
     /// Emulates the VF driver's probe (what a bind does on a real host: the driver
     /// creates the VF's netdev in the initial netns, and udev gives it its predictable
     /// name). While the returned guard lives, a thread polls
-    /// `<root>/bus/pci/drivers/<mlx5_core>/bind` every 10 ms; a BDF written there whose
-    /// VF netdev is in no netns any more (its veth peer is gone from the host netns) has
+    /// `<root>/bus/pci/drivers/<mlx5_core>/bind` every 10 ms; a BDF written there of a VF
+    /// still bound when the poll sees it (the kernel's bind probes synchronously, so an
+    /// unbind by a test after the write comes after the probe) whose VF netdev is in no
+    /// netns any more (its veth peer is gone from the host netns) has
     /// its pair re-created as in `orig` under the VF's original name, down, and the
     /// tree synced ([`EmuHost::recreate_vf_pair`], [`EmuHost::sync_netdevs`]); a VF whose
     /// netdev still exists is left as it is (the GUID-change rebinds of other tests).
@@ -997,7 +999,12 @@ impl EmuHost {
                     let mut seen = binds2.lock().unwrap();
                     let _ = fs::write(&bind, "");
                     let mut recreated = false;
-                    if let Some(vf) = host.vfs.iter().find(|v| v.addr == bdf) {
+                    // A VF whose driver link is gone was unbound (or removed) by
+                    // someone else after this bind was written: on a real host the
+                    // bind's synchronous probe came first and that unbind took its
+                    // netdev away, so there is nothing to create now.
+                    let bound = |v: &EmuVf| fs::symlink_metadata(v.dir.join("driver")).is_ok();
+                    if let Some(vf) = host.vfs.iter().find(|v| v.addr == bdf && bound(v)) {
                         let links = host.host_links_json().unwrap_or_default();
                         let peer_here = vf
                             .peer
@@ -1023,6 +1030,11 @@ impl EmuHost {
             }
         });
         ProbeEmu {
+            bind: self
+                .root
+                .join("bus/pci/drivers")
+                .join(MLX5_CORE)
+                .join("bind"),
             stop,
             binds,
             thread: Some(thread),
@@ -1641,6 +1653,7 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
 
 /// The driver-probe emulation of [`EmuHost::probe_on_bind`]; stopped when dropped.
 pub struct ProbeEmu {
+    bind: PathBuf,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     binds: std::sync::Arc<std::sync::Mutex<Vec<(String, bool)>>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -1650,6 +1663,22 @@ impl ProbeEmu {
     /// The binds seen so far: (BDF, whether the VF's netdev was re-created).
     pub fn binds(&self) -> Vec<(String, bool)> {
         self.binds.lock().unwrap().clone()
+    }
+
+    /// Returns once every bind written so far has been handled. A kernel's bind probes
+    /// before the write returns; this thread sees the write up to a poll later, so a
+    /// caller that acts on the host after the plugin exits (unbinding the VF, syncing
+    /// the tree its own way) first lets the probe finish, as it would have on a real
+    /// host. The thread empties the file while holding `binds` and handles the bind
+    /// before releasing it.
+    pub fn settle(&self) {
+        let t0 = std::time::Instant::now();
+        while fs::read_to_string(&self.bind).is_ok_and(|b| !b.trim().is_empty())
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        drop(self.binds.lock().unwrap());
     }
 }
 

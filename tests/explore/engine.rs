@@ -675,7 +675,7 @@ pub struct World {
     /// The members of the last CNI group that ran (set by `run_group`, read by `step`).
     group_ran: Option<Vec<Op>>,
     pub host: EmuHost,
-    _probe: Option<ProbeEmu>,
+    probe: Option<ProbeEmu>,
     pub start: HostSnapshot,
     work: PathBuf,
     state_mnt: PathBuf,
@@ -907,7 +907,7 @@ impl World {
             touched: BTreeSet::new(),
             group_ran: None,
             host,
-            _probe: Some(probe),
+            probe: Some(probe),
             start,
             work,
             state_mnt,
@@ -1113,6 +1113,11 @@ impl World {
     /// prove (no parent device, no IPoIB GUID on a veth), and the emulated sysfs does
     /// not follow the netdev DEL moves back by itself.
     fn sync(&mut self) {
+        // Binds the plugin wrote are probed before the tree is read or anything else
+        // acts on the host (as the kernel's probe would have been).
+        if let Some(p) = &self.probe {
+            p.settle();
+        }
         let t0 = Instant::now();
         let links = ns_links_sel(self.host.host_netns(), |mac| {
             self.macs.iter().any(|m| m.as_deref() == Some(mac))
@@ -3172,7 +3177,7 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         self.held = None;
-        self._probe = None;
+        self.probe = None;
         for (p, alive) in &self.model.pods {
             if *alive {
                 let _ = emuhost::delete_netns(&format!("{}-{p}", self.host.prefix()));
