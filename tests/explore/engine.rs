@@ -1951,6 +1951,7 @@ impl World {
                                 a.ipam_may = true;
                             }
                         }
+                        self.holders_maybe_finished(*dev, &key);
                         let conf = self.conf_for_add(&op);
                         let vfio = DEVS[*dev].3 != DevKind::Netdev;
                         let e = self.model.atts.entry(key.clone()).or_insert(Att {
@@ -2110,14 +2111,7 @@ impl World {
                                 &c,
                             ));
                         }
-                        if let Some(h) = other_holder {
-                            if !self.model.pod_alive(&h.pod) || h.st == St::Maybe {
-                                if let Some(a) = self.model.atts.get_mut(&h.key()) {
-                                    a.st = St::Maybe;
-                                    a.ipam_may = true;
-                                }
-                            }
-                        }
+                        self.holders_maybe_finished(*dev, &key);
                     }
                 }
                 Ok(())
@@ -2395,6 +2389,31 @@ impl World {
         }
         if let Some(c) = a.go {
             self.go_del_effects(d, c);
+        }
+    }
+
+    /// After an ADD of `key` on VF `dev` that failed or was killed: it may have finished
+    /// every earlier holder of the VF whose pod is gone, or that is a maybe, before it
+    /// stopped (VF state undone, built-in IPAM released), so each of them becomes a maybe
+    /// whose IPAM records may be gone. All of them, not only the first the model finds.
+    fn holders_maybe_finished(&mut self, dev: usize, key: &(String, String)) {
+        let dead: Vec<(String, String)> = self
+            .model
+            .atts
+            .values()
+            .filter(|a| {
+                a.dev == dev
+                    && a.holds()
+                    && &a.key() != key
+                    && (!self.model.pod_alive(&a.pod) || a.st == St::Maybe)
+            })
+            .map(|a| a.key())
+            .collect();
+        for h in dead {
+            if let Some(a) = self.model.atts.get_mut(&h) {
+                a.st = St::Maybe;
+                a.ipam_may = true;
+            }
         }
     }
 
