@@ -930,6 +930,26 @@ impl EmuHost {
         self.return_destroyed_netdev_of(&self.vf(n).clone(), pod_name, orig)
     }
 
+    /// Waits, up to `max`, until VF `vf`'s veth pair is gone from the host (its VF end
+    /// was in a netns just deleted: the kernel frees a dead netns asynchronously, in
+    /// `cleanup_net()` work, and the pair goes with it). True when it is gone.
+    pub fn wait_pair_gone(&self, vf: &EmuVf, max: std::time::Duration) -> io::Result<bool> {
+        let Some(peer) = vf.peer.as_deref() else {
+            return Ok(true);
+        };
+        let deadline = std::time::Instant::now() + max;
+        loop {
+            let links = self.host_links_json()?;
+            if !links.iter().any(|l| l["ifname"].as_str() == Some(peer)) {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// [`EmuHost::return_destroyed_vf_netdev`] for any VF (of either PF).
     pub fn return_destroyed_netdev_of(
         &self,

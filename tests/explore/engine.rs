@@ -1525,6 +1525,17 @@ impl World {
                 if let Some(x) = self.model.atts.get_mut(&a.key()) {
                     x.netdev_ok = false;
                 }
+                if destroy && a.netdev_ok {
+                    // The netdev is destroyed with the netns: let the kernel finish, so
+                    // that the next op sees it gone. Otherwise the probe emulation,
+                    // finding the pair's host end still there during a recovery
+                    // rebind, takes the netdev for alive and re-creates nothing, where
+                    // a real unbind tears the netdev down wherever it is.
+                    let vf = self.vf(a.dev).unwrap();
+                    self.host
+                        .wait_pair_gone(&vf, Duration::from_secs(10))
+                        .unwrap();
+                }
                 continue;
             }
             // The kernel returns a physical netdev to the host under its pod name, or
