@@ -787,18 +787,6 @@ fn go_fixture(c: char) -> Option<(&'static str, usize)> {
     GO_FIXTURES.iter().find(|f| f.0 == c).map(|f| (f.1, f.2))
 }
 
-fn go_manifest(name: &str) -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-cache/manifest.json");
-    let m: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    m["fixtures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap()
-        .clone()
-}
-
 use crate::common::gofix::DEBIAN_CNI;
 
 impl World {
@@ -2454,7 +2442,7 @@ impl World {
         let Some((name, dev)) = go_fixture(fx) else {
             return self.skip();
         };
-        let f = go_manifest(name);
+        let f = crate::common::gofix::manifest(name);
         let cid = f["containerID"].as_str().unwrap().to_string();
         let key = (cid.clone(), "net1".to_string());
         let dm = self.model.devs[dev].clone();
@@ -2546,7 +2534,7 @@ impl World {
         let Some((name, _)) = go_fixture(fx) else {
             return self.skip();
         };
-        let f = go_manifest(name);
+        let f = crate::common::gofix::manifest(name);
         let cid = f["containerID"].as_str().unwrap().to_string();
         let key = (cid.clone(), "net1".to_string());
         let Some(a) = self.model.atts.get(&key).cloned() else {
