@@ -674,6 +674,10 @@ pub struct World {
     touched: BTreeSet<String>,
     /// The members of the last CNI group that ran (set by `run_group`, read by `step`).
     group_ran: Option<Vec<Op>>,
+    /// While a CNI group's results are applied: the pods whose last attachment one of
+    /// them released. Their netns goes only once the whole group is applied, so that
+    /// an ADD of the same group into that pod (applied after the DELs) counts.
+    release_pods: Option<BTreeSet<String>>,
     pub host: EmuHost,
     probe: Option<ProbeEmu>,
     pub start: HostSnapshot,
@@ -894,6 +898,7 @@ impl World {
         World {
             touched: BTreeSet::new(),
             group_ran: None,
+            release_pods: None,
             host,
             probe: Some(probe),
             start,
@@ -1855,6 +1860,10 @@ impl World {
         // is consistent only after that DEL.
         let mut order: Vec<(usize, (&Prep, Call))> = preps.iter().zip(calls).enumerate().collect();
         order.sort_by_key(|(_, (p, _))| !matches!(p.op, Op::Del { .. } | Op::Gc { .. }));
+        // A DEL applied first may release a pod's last attachment that the model knows
+        // of while an ADD of the group, not applied yet, put a VF in that pod: the
+        // netns goes (or stays) once every result is in.
+        self.release_pods = Some(BTreeSet::new());
         for (i, (p, c)) in order {
             self.last_log = c.stderr.clone();
             if self.opts.verbose && c.took > Duration::from_secs(1) {
@@ -1878,6 +1887,11 @@ impl World {
                 overlap,
             );
             if let Err(v) = r {
+                first_err.get_or_insert(v);
+            }
+        }
+        for pod in self.release_pods.take().unwrap_or_default() {
+            if let Err(v) = self.release_pod(&pod) {
                 first_err.get_or_insert(v);
             }
         }
@@ -2141,7 +2155,7 @@ impl World {
                     }
                     Outcome::Ok(_) => {
                         if let Some(a) = self.model.atts.remove(&key) {
-                            self.after_release(&a);
+                            self.after_release(&a)?;
                         }
                     }
                     Outcome::Err(code, msg) => {
@@ -2261,7 +2275,7 @@ impl World {
                     Outcome::Ok(_) => {
                         for k in targets {
                             let a = self.model.atts.remove(&k).unwrap();
-                            self.after_release(&a);
+                            self.after_release(&a)?;
                             if *net == Net::H && (a.holds() || a.ipam_may) {
                                 // host-local has no GC: its allocation may stay until a DEL.
                                 let mut o = a.clone();
@@ -2367,15 +2381,42 @@ impl World {
         conf
     }
 
+    /// The runtime removes a pod's netns once its last attachment is gone (and not
+    /// while one of its ADDs runs: [`World::run_group`] calls this after the group).
+    /// Its netns must hold nothing but `lo` then: a VF netdev there is one the model
+    /// does not give the pod (invariant 2).
+    fn release_pod(&mut self, pod: &str) -> Result<(), Violation> {
+        if self.model.pod_alive(pod) && !self.model.atts.values().any(|b| b.pod == pod) {
+            let name = self.netns_name(pod);
+            let left: Vec<String> = ns_links(&name)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| l.name)
+                .filter(|n| n != "lo")
+                .collect();
+            if !left.is_empty() {
+                return Err(Violation {
+                    invariant: 2,
+                    msg: format!("pod {pod} has no attachment left but holds {left:?}"),
+                });
+            }
+            let _ = emuhost::delete_netns(&name);
+            self.model.pods.insert(pod.to_string(), false);
+        }
+        Ok(())
+    }
+
     /// After a DEL (or GC) finished attachment `a`: what its VF looks like now; the
     /// runtime removes a pod's netns once its last attachment is gone.
-    fn after_release(&mut self, a: &Att) {
-        if self.model.pod_alive(&a.pod) && !self.model.atts.values().any(|b| b.pod == a.pod) {
-            let _ = emuhost::delete_netns(&self.netns_name(&a.pod));
-            self.model.pods.insert(a.pod.clone(), false);
+    fn after_release(&mut self, a: &Att) -> Result<(), Violation> {
+        match &mut self.release_pods {
+            Some(pods) => {
+                pods.insert(a.pod.clone());
+            }
+            None => self.release_pod(&a.pod)?,
         }
         if a.st == St::Orphan {
-            return;
+            return Ok(());
         }
         let d = a.dev;
         if let Some(sq) = &self.model.devs[d].squat {
@@ -2389,6 +2430,7 @@ impl World {
         if let Some(c) = a.go {
             self.go_del_effects(d, c);
         }
+        Ok(())
     }
 
     /// After an ADD of `key` on VF `dev` that failed or was killed: it may have finished
@@ -2554,7 +2596,7 @@ impl World {
         match &c.out {
             Outcome::Ok(_) => {
                 let a = self.model.atts.remove(&key).unwrap();
-                self.after_release(&a);
+                self.after_release(&a)?;
                 Ok(())
             }
             Outcome::Err(102, _)
