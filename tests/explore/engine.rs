@@ -742,6 +742,17 @@ fn ns_links(ns: &str) -> Option<Vec<LinkSnapshot>> {
     ns_links_sel(ns, |_| true)
 }
 
+/// The names of the links in netns `ns` other than `lo` (none if it does not exist):
+/// what a pod netns must not hold when the runtime deletes it. No address is read.
+fn ns_leftovers(ns: &str) -> Vec<String> {
+    ns_links_sel(ns, |_| false)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|l| l.name)
+        .filter(|n| n != "lo")
+        .collect()
+}
+
 /// [`ns_links`] reading the addresses only of the links `addrs_of` selects by MAC (one
 /// netlink dump each).
 fn ns_links_sel(ns: &str, addrs_of: impl Fn(&str) -> bool) -> Option<Vec<LinkSnapshot>> {
@@ -2388,12 +2399,7 @@ impl World {
     fn release_pod(&mut self, pod: &str) -> Result<(), Violation> {
         if self.model.pod_alive(pod) && !self.model.atts.values().any(|b| b.pod == pod) {
             let name = self.netns_name(pod);
-            let left: Vec<String> = ns_links(&name)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|l| l.name)
-                .filter(|n| n != "lo")
-                .collect();
+            let left = ns_leftovers(&name);
             if !left.is_empty() {
                 return Err(Violation {
                     invariant: 2,
@@ -2746,14 +2752,12 @@ impl World {
         let pods: Vec<String> = self.model.pods.keys().cloned().collect();
         for p in pods {
             if self.model.pods[&p] {
-                if let Some(links) = ns_links(&self.netns_name(&p)) {
-                    let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
-                    if names != ["lo"] {
-                        return Err(Violation {
-                            invariant: 5,
-                            msg: format!("quiesce: pod {p} still holds {names:?}"),
-                        });
-                    }
+                let left = ns_leftovers(&self.netns_name(&p));
+                if !left.is_empty() {
+                    return Err(Violation {
+                        invariant: 5,
+                        msg: format!("quiesce: pod {p} still holds {left:?}"),
+                    });
                 }
                 let _ = emuhost::delete_netns(&self.netns_name(&p));
             }
