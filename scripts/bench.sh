@@ -108,6 +108,32 @@ export LC_ALL=C
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 self="$repo/scripts/bench.sh"
+
+# The node policy (docs/configuration.md "Node policy file"): the bench keeps ours'
+# stateDirs and IPAM dataDirs in /dev/shm, /var/tmp (the loop-ext4 mount) or a --store
+# directory, outside the default roots. It runs in a private mount namespace whose
+# /etc/ib-sriov is a directory of its own holding a node file that widens the policy to
+# those, so the machine's node file is left as it is; everything the bench starts
+# (netns, mounts, the storm and scale modes) lives in that namespace.
+if [[ -z "${BENCH_NODE_ETC:-}" && "$(id -u)" == 0 ]]; then
+    BENCH_NODE_ETC="$(mktemp -d /dev/shm/ib-sriov-bench-etc.XXXXXX)"
+    roots=(/dev/shm /var/tmp)
+    for s in "${BENCH_STORE:-}" "${BENCH_TMPDIR:-}"; do [[ "$s" == /* ]] && roots+=("$s"); done
+    prev=""
+    for a in "$@"; do
+        [[ "$prev" == --store && "$a" == /* ]] && roots+=("$a")
+        [[ "$a" == --store=/* ]] && roots+=("${a#--store=}")
+        prev="$a"
+    done
+    printf '%s\n' "${roots[@]}" | python3 -c 'import json, sys; print(json.dumps({"extraPathRoots": sys.stdin.read().split()}))' >"$BENCH_NODE_ETC/node.json"
+    mkdir -p /etc/ib-sriov
+    export BENCH_NODE_ETC
+    rc=0
+    unshare --mount --propagation private sh -c 'mount --bind "$BENCH_NODE_ETC" /etc/ib-sriov && exec "$@"' sh "$self" "$@" || rc=$?
+    rm -rf "$BENCH_NODE_ETC"
+    exit "$rc"
+fi
+
 if [[ "${1:-}" == --storm ]]; then
     shift
     exec "$repo/scripts/bench_storm.sh" "$@"

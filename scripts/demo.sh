@@ -62,7 +62,9 @@ podns="/var/run/netns/$pod"
 for v in $(compgen -v CNI_ || true); do unset "$v"; done
 unset IB_SRIOV_SYSFS_ROOT
 
-tmp="$(mktemp -d /tmp/ib-sriov-demo.XXXXXX)"
+# Under /run: its stateDir, IPAM dataDir and logFile are within the default node policy
+# (docs/configuration.md "Node policy file").
+tmp="$(mktemp -d /run/ib-sriov-demo.XXXXXX)"
 root="$tmp/sysfs"
 emu_made=0
 pod_made=0

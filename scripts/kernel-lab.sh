@@ -75,6 +75,11 @@ if [[ "${1:-}" == --guest ]]; then
     }
     unset IB_SRIOV_SYSFS_ROOT
     mkdir -p /run/netns "$out/tests"
+    # The tests' temporary directories (stateDir, IPAM dataDir, logFile, GUID files) under
+    # /run, within the plugin's default node policy (docs/configuration.md "Node policy
+    # file"): the guest sees the host's /etc read-only, so it cannot widen the policy.
+    export TMPDIR=/run/ib-sriov-lab-tmp
+    mkdir -p "$TMPDIR"
 
     # udev runs in the guest as on every real node (docs/testing.md): virtme-ng starts the host's
     # systemd-udevd (scripts/deps.sh lab installs udev), else it is started here. Its

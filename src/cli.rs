@@ -4,6 +4,11 @@
 //! (the panic message goes to the log, see [`crate::logging::emergency`]).
 //!
 //! Checked here, before anything else happens:
+//! - the configuration's paths against the node policy ([`crate::policy`]), after parsing
+//!   and before the log is opened: a `logFile` outside it is not opened (the log goes to
+//!   the journal or stderr, with one warning); another key outside it makes ADD, CHECK
+//!   and STATUS answer code 7 naming the key, the path and the node file, and DEL and GC
+//!   succeed touching nothing;
 //! - stdin is read up to [`MAX_STDIN`] bytes; a larger input is refused with code 6
 //!   before any parsing (a network configuration is a few KiB; an unbounded read and
 //!   parse of a huge one costs about 30 times its size in memory);
@@ -19,7 +24,9 @@
 use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
+use crate::policy::{screen, PathKey};
 use std::io::{Read, Write};
+use std::path::Path;
 
 /// When [`main`] began: the start of the process, for the verb's time bound
 /// ([`crate::plugin::VERB_BUDGET`]).
@@ -50,6 +57,10 @@ fn start_instant() -> std::time::Instant {
 pub fn process_start() -> Option<std::time::Instant> {
     PROCESS_START.get().copied()
 }
+
+/// The host root the plugin's node policy is read and resolved under: the plugin runs
+/// in the host's mount namespace (a child of containerd or CRI-O).
+pub const HOST_ROOT: &str = "/";
 
 /// Largest accepted network configuration on stdin: 4 MiB.
 pub const MAX_STDIN: u64 = 4 << 20;
@@ -101,6 +112,18 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         Err(e) if env.command == Command::Del => {
             init_call_log(log::LevelFilter::Info, None, "", &env, &[]);
             hold_termination_signals();
+            // A path outside the node policy: ADD refused it, so nothing was made
+            // through it, and nothing is touched through it now.
+            if let Ok(raw) = serde_json::from_slice::<serde_json::Value>(stdin) {
+                let screened = screen(&raw, Path::new(HOST_ROOT), &PathKey::ALL);
+                if !screened.refused.is_empty() {
+                    log::warn!(
+                        "DEL with a configuration ADD refuses ({e}) and paths outside the node policy ({}): nothing touched",
+                        screened.refusal().map(|r| r.msg).unwrap_or_default()
+                    );
+                    return Ok(None);
+                }
+            }
             let r = crate::plugin::del_unparsed(&env, stdin, &e);
             if let Err(e) = &r {
                 log::error!("DEL failed: {e}");
@@ -110,15 +133,34 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         Err(e) => return Err(e),
     };
     let device_id = conf.device_id.map(|d| d.to_string()).unwrap_or_default();
+    let screened = screen(&conf.raw, Path::new(HOST_ROOT), &PathKey::ALL);
     init_call_log(
         conf.log_level,
-        conf.log_file.as_deref(),
+        screened.log_file.as_deref(),
         "",
         &env,
         &[("CNI_NETWORK", &conf.name), ("CNI_DEVICEID", &device_id)],
     );
-    for w in &conf.warnings {
+    for w in conf.warnings.iter().chain(&screened.warnings) {
         log::warn!("{w}");
+    }
+    if let Some(e) = screened.refusal() {
+        match env.command {
+            // The node file alone is unusable: the defaults were applied and passed.
+            Command::Del | Command::Gc if screened.refused.is_empty() => {}
+            Command::Del | Command::Gc => {
+                log::warn!(
+                    "{} of a configuration with paths outside the node policy ({}): ADD refuses it, so nothing was made through them; nothing touched",
+                    env.command.as_str(),
+                    e.msg
+                );
+                return Ok(None);
+            }
+            _ => {
+                log::error!("{} refused: {}", env.command.as_str(), e.msg);
+                return Err(e);
+            }
+        }
     }
     for seg in env.args.skipped() {
         log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");

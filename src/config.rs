@@ -3,6 +3,11 @@
 //! (`logLevel`, `logFile`, `stateDir`), parsed and validated before the host is touched.
 //!
 //! Every key is documented in docs/configuration.md, "Configuration reference".
+//!
+//! Parsing needs no host access: a path key is checked here only for its form (absolute,
+//! no NUL). Where paths may point on the node is the node policy's business
+//! ([`crate::policy`]), applied to the configuration as received before the log is
+//! opened and before the first change to the host ([`crate::cli`]).
 
 use crate::cni::{parse_version, CniError, CniOutput, Command, Version};
 use crate::types::{Guid, LinkState, PciAddress};
@@ -123,8 +128,8 @@ pub struct NetConf {
     pub ipam: Option<Value>,
     /// `logLevel`: error|warn|info|debug|trace (default info).
     pub log_level: log::LevelFilter,
-    /// `logFile`: append log records here; stderr when absent or unusable (as given,
-    /// unchecked: [`crate::logging::init`] decides).
+    /// `logFile`: append log records here; stderr when absent or unusable (as given: the
+    /// node policy, [`crate::policy::screen`], and [`crate::logging::init`] decide).
     pub log_file: Option<PathBuf>,
     /// `stateDir`: journals and VF locks (default [`DEFAULT_STATE_DIR`]).
     pub state_dir: PathBuf,

@@ -46,6 +46,7 @@ use crate::cni::{
 use crate::config::DEFAULT_LOCK_TIMEOUT_MS;
 use crate::ipam::{validate_data_dir, validate_network_name, IpamConfig, IpamError, BUILTIN_TYPE};
 use crate::plugin::ipam_error;
+use crate::policy::PathKey;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -162,23 +163,19 @@ impl IpamNetConf {
 }
 
 /// Sets up logging as the plugin does (`logLevel`, `logFile` of the network
-/// configuration; stderr or the journal otherwise), prefixed `ib-sriov-ipam <VERB> ...`.
-fn init_logging(env: &CniEnv, raw: &Value) {
+/// configuration, `file` when the node policy allows it; stderr or the journal
+/// otherwise), prefixed `ib-sriov-ipam <VERB> ...`.
+fn init_logging(env: &CniEnv, raw: &Value, file: Option<&Path>) {
     let level = raw
         .get("logLevel")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .and_then(|s| crate::config::parse_level(s).ok())
         .unwrap_or(log::LevelFilter::Info);
-    let file = raw
-        .get("logFile")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from);
     let network = raw.get("name").and_then(Value::as_str).unwrap_or("");
     crate::cli::init_call_log(
         level,
-        file.as_deref(),
+        file,
         &format!("{BUILTIN_TYPE} "),
         env,
         &[("CNI_NETWORK", network)],
@@ -210,7 +207,33 @@ pub fn run(stdin: &[u8]) -> Result<Option<Value>, CniError> {
         }
         Err(e) => return Err(e),
     };
-    init_logging(&env, &conf.raw);
+    // The node policy ([`crate::policy`]) for the two paths this plugin opens.
+    let screened = crate::policy::screen(
+        &conf.raw,
+        Path::new(crate::cli::HOST_ROOT),
+        &[PathKey::LogFile, PathKey::IpamDataDir],
+    );
+    init_logging(&env, &conf.raw, screened.log_file.as_deref());
+    for w in &screened.warnings {
+        log::warn!("{w}");
+    }
+    if let Some(e) = screened.refusal() {
+        match env.command {
+            Command::Del | Command::Gc if screened.refused.is_empty() => {}
+            Command::Del | Command::Gc => {
+                log::warn!(
+                    "{}: ipam.dataDir is outside the node policy ({}): ADD refuses it, so nothing was allocated there; nothing touched",
+                    env.command.as_str(),
+                    e.msg
+                );
+                return Ok(None);
+            }
+            _ => {
+                log::error!("{} refused: {}", env.command.as_str(), e.msg);
+                return Err(e);
+            }
+        }
+    }
     if matches!(env.command, Command::Add | Command::Del | Command::Gc) {
         crate::cli::hold_termination_signals();
     }

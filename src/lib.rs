@@ -23,6 +23,7 @@ pub mod logging;
 pub mod netlink;
 pub mod netns;
 pub mod plugin;
+pub mod policy;
 pub mod rdma;
 pub mod sysfs;
 pub mod types;

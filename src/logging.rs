@@ -3,12 +3,15 @@
 //!
 //! Each record is formatted into one buffer and written with a single `write(2)` on an
 //! `O_APPEND` descriptor, so records of concurrent invocations never interleave.
-//! Control characters in a record (a newline in a delegate's stderr, in an unvalidated
-//! GC container ID) are escaped, so one record is always one line and cannot forge
-//! another.
+//! Control characters and Unicode line separators in a record (a newline in a delegate's
+//! stderr, in an unvalidated GC container ID, in a path or key a configuration chose)
+//! are escaped, so one record is always one line and cannot forge another. The
+//! journal's fields (`CNI_CONTAINERID`, ...) are sent as data: a value with a newline
+//! goes length-prefixed (the native protocol's binary form), never as a second field.
 //!
 //! Rules that keep log lines out of the result channel:
 //! - `logFile` is never a reason to fail a verb ([`crate::config`] does not check it):
+//!   one outside the node policy is not opened at all ([`crate::policy::screen`]); else
 //!   it must be an absolute path and, if it exists, a regular file other than stdout.
 //!   [`init`] opens it with `O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 //!   O_NOCTTY | O_CLOEXEC` (mode 0600 when created) and checks again with `fstat`
@@ -101,15 +104,25 @@ pub fn rfc3339_utc(t: SystemTime) -> String {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
-/// Replaces every control character of `s` but none other by an escape (`\n`, `\u{1b}`),
-/// so a log record stays one line.
+/// Whether `c` is escaped in a record: a control character (C0, DEL, C1: newlines,
+/// carriage returns, terminal escapes, NEL) or a Unicode line or paragraph separator
+/// (U+2028, U+2029), anything a reader of the file or the journal could take for the
+/// start of another record.
+fn escaped(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// Replaces every character [`escaped`] names, and none other, by an escape (`\n`,
+/// `\u{1b}`, `\u{2028}`), so a log record stays one line whatever strings a
+/// configuration, a pod or a runtime chose (network and interface names, container IDs,
+/// `CNI_ARGS`, paths, a delegate's stderr).
 fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(escaped) {
         return s.into();
     }
     s.chars()
         .map(|c| {
-            if c.is_control() {
+            if escaped(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()
@@ -358,6 +371,10 @@ mod tests {
     fn one_line_escapes_control_characters_only() {
         assert_eq!(one_line("plain é"), "plain é");
         assert_eq!(one_line("a\nb\r\u{1b}[31m"), "a\\nb\\r\\u{1b}[31m");
+        assert_eq!(
+            one_line("a\u{2028}b\u{2029}c\u{85}d"),
+            "a\\u{2028}b\\u{2029}c\\u{85}d"
+        );
     }
 
     #[test]

@@ -17,6 +17,16 @@ use std::process::Output;
 struct HostRoot {
     dir: tempfile::TempDir,
     go_cache: PathBuf,
+    /// Bind mounts under the root, unmounted on drop.
+    binds: Vec<PathBuf>,
+}
+
+impl Drop for HostRoot {
+    fn drop(&mut self) {
+        for b in self.binds.iter().rev() {
+            let _ = nix::mount::umount2(b, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
 }
 
 /// Creates `<root>/<abs>` (parents as directories) as a symlink to `target`.
@@ -39,9 +49,31 @@ impl HostRoot {
         mirror(r, Path::new("/var/run/netns"), Path::new("/var/run/netns"));
         mirror(r, Path::new("/var/lib/cni/ib-sriov"), &go_cache);
         mirror(r, Path::new("/var/lib/cni/networks"), &lab.data);
-        mirror(r, &lab.state, &lab.state);
-        mirror(r, &lab.data, &lab.data);
-        HostRoot { dir, go_cache }
+        // The stateDir and dataDir at their own paths: bind mounts, not links, since a
+        // link to its own absolute path is a loop to a reader that resolves links under
+        // the host root (the node policy does, as the kernel would on the node).
+        let mut binds = Vec::new();
+        for d in [&lab.state, &lab.data] {
+            let at = r.join(d.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(&at).unwrap();
+            nix::mount::mount(
+                Some(d.as_path()),
+                &at,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .unwrap_or_else(|e| panic!("bind mount {d:?} on {at:?}: {e}"));
+            binds.push(at);
+        }
+        // The node file, as the machine's (the suites widen the path policy to their
+        // temporary directories; tests/common/policy.rs).
+        mirror(r, Path::new("/etc/ib-sriov"), Path::new("/etc/ib-sriov"));
+        HostRoot {
+            dir,
+            go_cache,
+            binds,
+        }
     }
 
     fn path(&self) -> &Path {
@@ -451,7 +483,8 @@ fn doctor_shows_the_guid_each_vf_without_one_would_get() {
     let pod = lab.host.new_pod();
     let mut conf = lab.conf("1.0.0", 2);
     conf["deriveGuid"] = json!(true);
-    conf["guidFile"] = json!("/nowhere");
+    // No such file, in a root the node policy allows.
+    conf["guidFile"] = json!("/run/ib-sriov-tests-no-guid-file");
     lab.add("c1", &pod, &conf).expect_ok();
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.read(lab.host.vf(2).ofed_node()), shown);
@@ -517,12 +550,11 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     // The same file for ADD (the real path) and the doctor (under the host root).
     let bad_guid_file = lab.host.root().join("guids");
     std::fs::write(&bad_guid_file, "[{\"pciAddress\": 7}]").unwrap();
-    mirror(h.path(), &bad_guid_file, &bad_guid_file);
-    mirror(
-        h.path(),
-        &lab.host.root().join("no-guid-file"),
-        &lab.host.root().join("no-guid-file"),
-    );
+    // A copy at the same path under the host root (a link to its own absolute path
+    // would be a loop under the host root); `no-guid-file` is absent in both.
+    let at = h.path().join(bad_guid_file.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&bad_guid_file, &at).unwrap();
     let rows: Vec<(&str, Value)> = vec![
         ("link_state typo", {
             let mut c = base();

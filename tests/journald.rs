@@ -57,6 +57,12 @@ fn marker(what: &str) -> String {
 /// [`JOURNAL_SOCKET`]. The host's mounts are not changed (`unshare -m` makes the new
 /// namespace's mounts private).
 fn add_with_journal_socket(socket: &Path, cid: &str, conf: &str) -> Output {
+    run_with_journal_socket(socket, "ADD", cid, conf)
+}
+
+/// [`add_with_journal_socket`] for any command.
+fn run_with_journal_socket(socket: &Path, cmd: &str, cid: &str, conf: &str) -> Output {
+    common::policy::widen_for_tests();
     let script = format!(
         "set -e; mount -t tmpfs ib-sriov-journald-test /run; mkdir -p /run/systemd/journal; \
          : > {JOURNAL_SOCKET}; mount --bind '{}' {JOURNAL_SOCKET}; exec '{}'",
@@ -65,7 +71,7 @@ fn add_with_journal_socket(socket: &Path, cid: &str, conf: &str) -> Output {
     );
     let mut child = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .env("CNI_COMMAND", "ADD")
+        .env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_IFNAME", "net1")
         .env("CNI_NETNS", "/proc/self/ns/net")
@@ -199,6 +205,42 @@ fn records_go_to_the_journal_with_the_call_fields_and_to_stderr() {
         ts.len() == 24 && ts.as_bytes()[10] == b'T' && ts.ends_with('Z'),
         "RFC 3339 with milliseconds: {failed_line}"
     );
+}
+
+/// A container ID the runtime chose with a newline and a would-be journal field in it
+/// (DEL with an environment ADD refuses logs the raw ID): the journal gets it as the
+/// data of `CNI_CONTAINERID` (length-prefixed, the native protocol's binary form), never
+/// as a field of its own, and `MESSAGE` carries it escaped on one line.
+#[test]
+fn a_chosen_container_id_is_data_in_the_journal_never_a_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receive_all(sock, stop.clone());
+    let cid = format!("{}\nPRIORITY=0\nFORGED_FIELD=1\u{2028}x", marker("inject"));
+    let out = run_with_journal_socket(&sock_path, "DEL", &cid, &failing_conf(dir.path(), None));
+    stop.store(true, Ordering::SeqCst);
+    let got = rx.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries: Vec<_> = got.iter().skip(1).map(|d| decode(d)).collect();
+    assert!(!entries.is_empty(), "no journal entry");
+    for e in &entries {
+        assert_eq!(e.get("CNI_CONTAINERID"), Some(&cid), "{e:#?}");
+        assert!(!e.contains_key("FORGED_FIELD"), "{e:#?}");
+        assert_ne!(e.get("PRIORITY").map(String::as_str), Some("0"), "{e:#?}");
+        let m = &e["MESSAGE"];
+        assert!(
+            !m.contains('\n')
+                && !m.contains('\u{2028}')
+                && m.contains("\\nPRIORITY=0\\nFORGED_FIELD=1\\u{2028}x"),
+            "{m:?}"
+        );
+    }
 }
 
 /// A journal socket that exists but where nobody listens (journald gone): the verb's

@@ -561,15 +561,23 @@ fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamN
         .iter()
         .map(|j| (j.container_id.clone(), j.ifname.clone()))
         .collect();
-    // One store reached through two paths (a symlinked dataDir) is listed once.
-    // Those a configuration names first: they know the range.
+    // One store reached through two paths (a symlinked or bind-mounted dataDir) is
+    // listed once: the same directory by identity (device and inode), else by its
+    // canonical path. Those a configuration names first: they know the range.
     let mut stores: Vec<_> = stores.into_iter().collect();
     stores.sort_by_key(|(_, conf)| conf.is_none());
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for ((dir, network), conf) in stores {
-        let real = std::fs::canonicalize(dir.join(&network)).unwrap_or(dir.join(&network));
-        if !seen.insert(real) {
+        let at = dir.join(&network);
+        let id = match std::fs::metadata(&at) {
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino(), PathBuf::new())
+            }
+            Err(_) => (0, 0, std::fs::canonicalize(&at).unwrap_or(at)),
+        };
+        if !seen.insert(id) {
             continue;
         }
         let store = DiskStore::new(&dir, &network);

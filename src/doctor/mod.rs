@@ -111,6 +111,18 @@ pub fn run(args: &[String]) -> i32 {
 pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Report {
     let (mut report, notes) = collect::collect(paths);
     let mut findings = findings::evaluate(&report, &notes);
+    if let Err(e) = crate::policy::NodePolicy::load(&paths.root) {
+        findings.push(Finding {
+            severity: Severity::Error,
+            code: "node-file-invalid".into(),
+            subject: crate::policy::NODE_FILE.into(),
+            message: e.to_string(),
+            fix: "correct the node file (docs/configuration.md \"Node policy file\"): until then ADD, CHECK and STATUS refuse every network with code 7, and DEL and GC apply the default path roots".into(),
+        });
+        findings.sort_by(|a, b| {
+            (a.severity, &a.code, &a.subject).cmp(&(b.severity, &b.code, &b.subject))
+        });
+    }
     if let Some(p) = conf {
         // Each VF's GUID as the report read it: its IPoIB address's port GUID when it
         // has a netdev in the host, else the node GUID, else the port GUID.
@@ -244,7 +256,9 @@ fn check_conf(
 }
 
 /// The configuration `e` as ADD parses and checks it before any change: the keys
-/// ([`crate::config::NetConf::parse`]), the IPAM configuration (the built-in one parsed;
+/// ([`crate::config::NetConf::parse`]), its paths against the node policy read under the
+/// host root ([`crate::policy::screen`]; a `logFile` outside it is a warning, as ADD
+/// logs it), the IPAM configuration (the built-in one parsed;
 /// `dhcp` refused; a delegated plugin is not looked up: the doctor does not know the
 /// runtime's `CNI_PATH`), and, when it names a device, the device under the host root
 /// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
@@ -263,7 +277,13 @@ fn conf_error(
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
 ) -> Result<crate::config::NetConf, crate::cni::CniError> {
-    let conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
+    let mut conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
+    // The node policy of the configuration's paths, as ADD applies it (crate::cli).
+    let screened = crate::policy::screen(e, &paths.root, &crate::policy::PathKey::ALL);
+    if let Some(err) = screened.refusal() {
+        return Err(err);
+    }
+    conf.warnings.extend(screened.warnings);
     let t = conf
         .ipam
         .as_ref()

@@ -382,6 +382,11 @@ impl EmuHost {
                 "the emulated host needs root (network namespaces, veth); run the tests as root",
             ));
         }
+        // The suites' temporary paths through the node policy (tests/common/policy.rs);
+        // not for the emuhost example (demo, bench), which keep to the default roots or
+        // a private node file.
+        #[cfg(test)]
+        super::policy::widen_for_tests();
         if opts.vfs > 127 {
             return Err(invalid(format!("{} VFs: at most 127", opts.vfs)));
         }

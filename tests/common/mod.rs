@@ -8,4 +8,5 @@ pub mod gofix;
 pub mod guid;
 pub mod lab;
 pub mod libcni;
+pub mod policy;
 pub mod rng;
