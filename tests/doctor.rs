@@ -555,6 +555,12 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     let at = h.path().join(bad_guid_file.strip_prefix("/").unwrap());
     std::fs::create_dir_all(at.parent().unwrap()).unwrap();
     std::fs::copy(&bad_guid_file, &at).unwrap();
+    let planted = tempfile::Builder::new()
+        .prefix("ib-sriov-planted-")
+        .tempdir()
+        .unwrap();
+    std::os::unix::fs::symlink("/etc", planted.path().join("out")).unwrap();
+    mirror(h.path(), &planted.path().join("out"), Path::new("/etc"));
     let rows: Vec<(&str, Value)> = vec![
         ("link_state typo", {
             let mut c = base();
@@ -595,6 +601,24 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         ("ipam range outside its subnet", {
             let mut c = base();
             c["ipam"]["rangeStart"] = json!("10.99.0.10");
+            c
+        }),
+        // The node policy (src/policy.rs): a path outside the roots, a link planted in an
+        // allowed root that leads out (in both views: the machine and the host root),
+        // and a logFile outside them (a warning, not a refusal).
+        ("stateDir outside the node policy", {
+            let mut c = base();
+            c["stateDir"] = json!("/etc/ib-sriov-doctor-probe");
+            c
+        }),
+        ("ipam.dataDir through a link out of an allowed root", {
+            let mut c = base();
+            c["ipam"]["dataDir"] = json!(planted.path().join("out/ipam"));
+            c
+        }),
+        ("logFile outside the node policy", {
+            let mut c = base();
+            c["logFile"] = json!("/etc/ib-sriov-doctor-probe.log");
             c
         }),
         // The GUID rule, on VF 2 whose GUID is all-zero (in this order: the last row
@@ -649,11 +673,18 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|f| f["code"] == "conf-unknown-key")
-            .map(|f| f["message"].as_str().unwrap().to_string())
+            .filter(|f| f["code"] == "conf-unknown-key" || f["code"] == "conf-warning")
+            .map(|f| {
+                format!(
+                    "{} {}",
+                    f["code"].as_str().unwrap(),
+                    f["message"].as_str().unwrap()
+                )
+            })
             .collect();
         for w in &warnings {
             let words = w.split_once(": ").unwrap().1;
+            let words = words.split("; logging to").next().unwrap();
             assert!(
                 add.stderr.contains(words),
                 "{name}: ADD's log lacks {words:?}: {}",
@@ -662,10 +693,11 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         }
         table.push_str(&format!("{name}\n  ADD and doctor: {add_text}\n"));
         for w in warnings {
-            table.push_str(&format!("  doctor: conf-unknown-key {w}\n"));
+            table.push_str(&format!("  doctor: {w}\n"));
         }
     }
     let table = table
+        .replace(&planted.path().display().to_string(), "<PLANTED>")
         .replace(&vf, "<VF>")
         .replace(&lab.data.display().to_string(), "<DATA>")
         .replace(&lab.host.root().display().to_string(), "<EMU>");

@@ -406,3 +406,42 @@ fn static_with_device_info_file() {
     });
     assert!(!info.exists());
 }
+
+/// The node policy (src/policy.rs) never touches what the SR-IOV network operator renders:
+/// none of its configurations, as rendered or as Multus delegates them, gives a path key
+/// the policy checks (its template has no `logFile`, `stateDir`, `goCacheDir`,
+/// `guidFile`; `runtimeConfig.CNIDeviceInfoFile` comes from Multus, under
+/// `/var/run/k8s.cni.cncf.io/devinfo`, and the built-in IPAM is not the operator's), so
+/// every one of them passes the default policy.
+#[test]
+fn operator_rendered_configs_have_no_policed_path() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/operator");
+    let mut seen = 0;
+    for sub in ["", "multus-delegated"] {
+        for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let confs: Vec<Value> = match v.get("plugins").and_then(Value::as_array) {
+                Some(list) => list.clone(),
+                None => vec![v],
+            };
+            for c in confs {
+                let paths = ib_sriov_cni::policy::configured_paths(&c);
+                let policy = ib_sriov_cni::policy::NodePolicy::defaults(Path::new("/"));
+                for (k, path) in &paths {
+                    assert!(
+                        *k == ib_sriov_cni::policy::PathKey::DeviceInfoFile
+                            && policy.check(*k, path).is_ok(),
+                        "{}: {k} {path:?}",
+                        p.display()
+                    );
+                }
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 9, "{seen} configurations");
+}
