@@ -24,7 +24,7 @@
 use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
-use crate::policy::{screen, PathKey};
+use crate::policy::{screen, PathKey, HOST_ROOT};
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -57,10 +57,6 @@ fn start_instant() -> std::time::Instant {
 pub fn process_start() -> Option<std::time::Instant> {
     PROCESS_START.get().copied()
 }
-
-/// The host root the plugin's node policy is read and resolved under: the plugin runs
-/// in the host's mount namespace (a child of containerd or CRI-O).
-pub const HOST_ROOT: &str = "/";
 
 /// Largest accepted network configuration on stdin: 4 MiB.
 pub const MAX_STDIN: u64 = 4 << 20;

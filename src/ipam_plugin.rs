@@ -210,7 +210,7 @@ pub fn run(stdin: &[u8]) -> Result<Option<Value>, CniError> {
     // The node policy ([`crate::policy`]) for the two paths this plugin opens.
     let screened = crate::policy::screen(
         &conf.raw,
-        Path::new(crate::cli::HOST_ROOT),
+        Path::new(crate::policy::HOST_ROOT),
         &[PathKey::LogFile, PathKey::IpamDataDir],
     );
     init_logging(&env, &conf.raw, screened.log_file.as_deref());

@@ -43,6 +43,11 @@ use std::path::{Component, Path, PathBuf};
 /// The node file, under the host root: `/etc/ib-sriov/node.json`.
 pub const NODE_FILE: &str = "/etc/ib-sriov/node.json";
 
+/// The host root the plugin reads the node file and resolves paths under: `/` (the
+/// plugin runs in the host's mount namespace, a child of containerd or CRI-O); doctor
+/// takes `--host-root` instead.
+pub const HOST_ROOT: &str = "/";
+
 /// Largest node file read, in bytes.
 pub const MAX_NODE_FILE: u64 = 1 << 20;
 
