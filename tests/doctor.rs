@@ -758,3 +758,30 @@ fn doctor_reports_rollback_readiness() {
     assert!(!h.go_cache.join("ready-net1").exists());
     assert!(lab.journals().is_empty());
 }
+
+/// A `--host-root` that is not there is an error (exit 2, naming it), not an empty node;
+/// a root with no SR-IOV PF says plainly that there was nothing to check.
+#[test]
+fn doctor_refuses_a_missing_host_root_and_says_when_there_is_nothing_to_check() {
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--host-root", "/nonexistent-ib-sriov-host-root"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent-ib-sriov-host-root"),
+        "{out:?}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--host-root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("info    nothing-to-check") && text.contains(": nothing to check"),
+        "{text}"
+    );
+}

@@ -35,6 +35,15 @@ fn vf_has_guid(vf: &super::report::Vf) -> bool {
 pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
     use Severity::*;
     let mut out = Vec::new();
+    if r.pfs.is_empty() && r.vfs.is_empty() {
+        out.push(finding(
+            Info,
+            "nothing-to-check",
+            "node",
+            "no SR-IOV PF on this node (no PCI device with sriov_totalvfs), so no VF: nothing to check".to_string(),
+            "run the doctor on a node with InfiniBand SR-IOV PFs, or with --host-root naming that node's root",
+        ));
+    }
     for n in notes {
         match n {
             Note::Unreadable(what, why) if what == "RDMA netlink" => out.push(finding(

@@ -74,6 +74,16 @@ pub fn run(args: &[String]) -> i32 {
             return 2;
         }
     };
+    // A host root that is not there is a mistake in the command, not an empty node.
+    if let Some(r) = &a.host_root {
+        if !r.is_dir() {
+            eprintln!(
+                "ib-sriov doctor: --host-root {}: not a directory (the node's root as mounted here, e.g. /host)",
+                r.display()
+            );
+            return 2;
+        }
+    }
     let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let sys = match a.host_root {
         Some(_) => None,
