@@ -386,8 +386,10 @@ pub(crate) fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
         "error" | "panic" | "fatal" => log::LevelFilter::Error,
         "warn" | "warning" => log::LevelFilter::Warn,
         "info" => log::LevelFilter::Info,
-        "debug" => log::LevelFilter::Debug,
-        "trace" | "verbose" => log::LevelFilter::Trace,
+        // `verbose` (a level name other CNI plugins' loggers use) is debug: every step,
+        // not trace's hundreds of lines per call.
+        "debug" | "verbose" => log::LevelFilter::Debug,
+        "trace" => log::LevelFilter::Trace,
         _ => {
             return Err(CniError::config(format!(
                 "logLevel {s:?} is invalid: expected error, warn, info, debug or trace"
@@ -669,6 +671,27 @@ impl NetConf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn log_levels_and_their_aliases() {
+        use log::LevelFilter::*;
+        for (s, want) in [
+            ("off", Off),
+            ("NONE", Off),
+            ("error", Error),
+            ("panic", Error),
+            ("fatal", Error),
+            ("warn", Warn),
+            ("Warning", Warn),
+            ("info", Info),
+            ("debug", Debug),
+            ("verbose", Debug),
+            ("trace", Trace),
+        ] {
+            assert_eq!(parse_level(s).unwrap(), want, "{s}");
+        }
+        assert!(parse_level("loud").is_err());
+    }
     #[test]
     fn typos_are_named_with_the_key_they_miss() {
         let w = unknown_keys(&json!({
