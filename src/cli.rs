@@ -24,7 +24,7 @@
 use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
-use crate::policy::{screen, PathKey, HOST_ROOT};
+use crate::policy::{screen, PathKey, Verdict, HOST_ROOT};
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -140,23 +140,8 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     for w in conf.warnings.iter().chain(&screened.warnings) {
         log::warn!("{w}");
     }
-    if let Some(e) = screened.refusal() {
-        match env.command {
-            // The node file alone is unusable: the defaults were applied and passed.
-            Command::Del | Command::Gc if screened.refused.is_empty() => {}
-            Command::Del | Command::Gc => {
-                log::warn!(
-                    "{} of a configuration with paths outside the node policy ({}): ADD refuses it, so nothing was made through them; nothing touched",
-                    env.command.as_str(),
-                    e.msg
-                );
-                return Ok(None);
-            }
-            _ => {
-                log::error!("{} refused: {}", env.command.as_str(), e.msg);
-                return Err(e);
-            }
-        }
+    if screened.verdict(env.command, "paths")? == Verdict::NothingTouched {
+        return Ok(None);
     }
     for seg in env.args.skipped() {
         log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");

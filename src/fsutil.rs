@@ -90,9 +90,15 @@ pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
 /// Errors: as [`open_regular`]; [`io::ErrorKind::InvalidData`] when the file holds more
 /// than `max` bytes (only `max + 1` bytes are ever read).
 pub fn read_regular_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let f = open_regular(path, OFlag::O_RDONLY, 0)?;
+    read_bounded(open_regular(path, OFlag::O_RDONLY, 0)?, max)
+}
+
+/// Reads `r` to its end, refusing more than `max` bytes (only `max + 1` are ever read).
+///
+/// Errors: reading; [`io::ErrorKind::InvalidData`] past `max`.
+pub fn read_bounded(r: impl Read, max: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    f.take(max + 1).read_to_end(&mut buf)?;
+    r.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

@@ -46,7 +46,7 @@ use crate::cni::{
 use crate::config::DEFAULT_LOCK_TIMEOUT_MS;
 use crate::ipam::{validate_data_dir, validate_network_name, IpamConfig, IpamError, BUILTIN_TYPE};
 use crate::plugin::ipam_error;
-use crate::policy::PathKey;
+use crate::policy::{PathKey, Verdict};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -217,22 +217,8 @@ pub fn run(stdin: &[u8]) -> Result<Option<Value>, CniError> {
     for w in &screened.warnings {
         log::warn!("{w}");
     }
-    if let Some(e) = screened.refusal() {
-        match env.command {
-            Command::Del | Command::Gc if screened.refused.is_empty() => {}
-            Command::Del | Command::Gc => {
-                log::warn!(
-                    "{}: ipam.dataDir is outside the node policy ({}): ADD refuses it, so nothing was allocated there; nothing touched",
-                    env.command.as_str(),
-                    e.msg
-                );
-                return Ok(None);
-            }
-            _ => {
-                log::error!("{} refused: {}", env.command.as_str(), e.msg);
-                return Err(e);
-            }
-        }
+    if screened.verdict(env.command, "ipam.dataDir")? == Verdict::NothingTouched {
+        return Ok(None);
     }
     if matches!(env.command, Command::Add | Command::Del | Command::Gc) {
         crate::cli::hold_termination_signals();

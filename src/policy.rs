@@ -260,7 +260,7 @@ impl NodePolicy {
             file: PathBuf::from(NODE_FILE),
             msg,
         };
-        let bytes = match read_bounded(&file) {
+        let bytes = match read_node_file(&file) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(NodePolicy::defaults(host_root))
@@ -396,6 +396,50 @@ impl Screened {
     }
 }
 
+/// What a verb does after [`screen`], once its log is open and the warnings logged.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing refused (or only the node file, on DEL or GC: the defaults passed): go on.
+    Proceed,
+    /// DEL or GC of a configuration with a refused path: succeed touching nothing (ADD
+    /// refused it, so nothing was made through that path). Logged.
+    NothingTouched,
+}
+
+impl Screened {
+    /// The verdict for `command`: ADD, CHECK and STATUS (and VERSION, which never gets
+    /// here) answer [`Screened::refusal`], logged as an error; DEL and GC go on when only
+    /// the node file was unusable, else touch nothing (logged as a warning naming
+    /// `what`, e.g. "the paths", "ipam.dataDir").
+    ///
+    /// Errors: the code-7 refusal of ADD, CHECK and STATUS.
+    pub fn verdict(
+        &self,
+        command: crate::cni::Command,
+        what: &str,
+    ) -> Result<Verdict, crate::cni::CniError> {
+        use crate::cni::Command;
+        let Some(e) = self.refusal() else {
+            return Ok(Verdict::Proceed);
+        };
+        match command {
+            Command::Del | Command::Gc if self.refused.is_empty() => Ok(Verdict::Proceed),
+            Command::Del | Command::Gc => {
+                log::warn!(
+                    "{} of a configuration with {what} outside the node policy ({}): ADD refuses it, so nothing was made through {what}; nothing touched",
+                    command.as_str(),
+                    e.msg
+                );
+                Ok(Verdict::NothingTouched)
+            }
+            _ => {
+                log::error!("{} refused: {}", command.as_str(), e.msg);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Applies the node policy of the node at `host_root` (`/` for the plugin) to the paths
 /// of `keys` that `conf` (a network configuration as received) gives. A `logFile`
 /// outside the policy is dropped with a warning, never refused (logging must not fail a
@@ -466,18 +510,10 @@ fn under(host_root: &Path, p: &Path) -> PathBuf {
     host_root.join(rel)
 }
 
-fn read_bounded(p: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = std::fs::File::open(p)?;
-    let mut buf = Vec::new();
-    f.take(MAX_NODE_FILE + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > MAX_NODE_FILE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {MAX_NODE_FILE} bytes"),
-        ));
-    }
-    Ok(buf)
+/// The node file (following links: an admin may project it from a ConfigMap), at most
+/// [`MAX_NODE_FILE`] bytes.
+fn read_node_file(p: &Path) -> io::Result<Vec<u8>> {
+    crate::fsutil::read_bounded(std::fs::File::open(p)?, MAX_NODE_FILE)
 }
 
 /// Resolves the absolute path `p` as the kernel's path walk would on the node whose root
