@@ -593,6 +593,11 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             c["pkey"] = json!("0x1ffff");
             c
         }),
+        ("delegated IPAM that is not installed (a typo)", {
+            let mut c = base();
+            c["ipam"] = json!({"type": "whereabout", "range": "10.56.217.0/24"});
+            c
+        }),
         ("dhcp IPAM", {
             let mut c = base();
             c["ipam"] = json!({"type": "dhcp"});
@@ -663,9 +668,13 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             check["error"].as_str().unwrap().to_string()
         };
         // The same sysfs, reached through the host root by the doctor.
+        // ADD's CNI_PATH is the test binary's directory; the doctor's /opt/cni/bin.
+        let bin_dir = bin().parent().unwrap().display().to_string();
         let sys_text = |t: &str| {
             t.replace(&h.path().join("sys").display().to_string(), "<SYS>")
                 .replace(&lab.host.root().display().to_string(), "<SYS>")
+                .replace(&bin_dir, "<CNI_PATH>")
+                .replace("/opt/cni/bin", "<CNI_PATH>")
         };
         let (doc_text, add_text) = (sys_text(&doc_text), sys_text(&add_text));
         assert_eq!(doc_text, add_text, "{name}: doctor and ADD disagree");
@@ -784,4 +793,37 @@ fn doctor_refuses_a_missing_host_root_and_says_when_there_is_nothing_to_check() 
         text.contains("info    nothing-to-check") && text.contains(": nothing to check"),
         "{text}"
     );
+}
+
+/// `--conf` looks a delegated IPAM plugin up as ADD does in `CNI_PATH`: in `/opt/cni/bin`
+/// under the host root by default, or in `--cni-path` (under the host root too).
+#[test]
+fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
+    let lab = Lab::default();
+    let h = HostRoot::new(&lab);
+    mirror(
+        h.path(),
+        Path::new("/usr/lib/cni"),
+        Path::new("/usr/lib/cni"),
+    );
+    let mut c = lab.conf("1.0.0", 0);
+    c["ipam"] = json!({"type": "host-local", "subnet": "10.56.217.0/24"});
+    let f = h.path().join("conf-hl.json");
+    std::fs::write(&f, c.to_string()).unwrap();
+    let f = f.display().to_string();
+    let check = |extra: &[&str]| -> Value {
+        let mut args = vec!["--json", "--conf", f.as_str()];
+        args.extend_from_slice(extra);
+        let out = doctor(&lab, &h, &args);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        j["conf"][0].clone()
+    };
+    let none = check(&[]);
+    assert_eq!(none["ok"], false, "{none}");
+    assert_eq!(
+        none["error"],
+        "code 7: ipam plugin \"host-local\" not found in CNI_PATH (/opt/cni/bin); install it there or use another ipam type"
+    );
+    let found = check(&["--cni-path", "/nonexistent:/usr/lib/cni"]);
+    assert_eq!(found["ok"], true, "{found}");
 }

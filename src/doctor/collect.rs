@@ -31,6 +31,9 @@ pub struct Paths {
     pub networks: PathBuf,
     /// The operator's VF GUID file: `<root>/etc/sriov-operator/infiniband/guids`.
     pub guid_file: PathBuf,
+    /// Where `--conf` looks for delegated IPAM plugins, as the runtime's `CNI_PATH`
+    /// would: `<root>/opt/cni/bin` (or `--cni-path`, each directory under the root).
+    pub cni_bin: Vec<PathBuf>,
 }
 
 impl Paths {
@@ -47,6 +50,7 @@ impl Paths {
                     .strip_prefix('/')
                     .unwrap_or_default(),
             ),
+            cni_bin: vec![root.join("opt/cni/bin")],
         }
     }
 

@@ -22,12 +22,13 @@ const MAX_CONF: u64 = 4 << 20;
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
+    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE] [--cni-path DIRS]
   --json           the report as JSON (schemaVersion 1, docs/operations.md \"Diagnosing a node\")
   --conf FILE      also validate a network configuration or conflist as ADD would
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
   --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)
-  --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)";
+  --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)
+  --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated; default /opt/cni/bin, under the host root)";
 
 /// Parsed arguments.
 #[derive(Debug, Default)]
@@ -37,6 +38,7 @@ struct Args {
     host_root: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     guid_file: Option<PathBuf>,
+    cni_path: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -54,6 +56,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--host-root" => a.host_root = Some(value("--host-root")?),
             "--state-dir" => a.state_dir = Some(value("--state-dir")?),
             "--guid-file" => a.guid_file = Some(value("--guid-file")?),
+            "--cni-path" => a.cni_path = Some(value("--cni-path")?),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -96,6 +99,14 @@ pub fn run(args: &[String]) -> i32 {
     let mut paths = collect::Paths::under(&root, sys, state);
     if let Some(g) = &a.guid_file {
         paths.guid_file = paths.host(g);
+    }
+    if let Some(c) = &a.cni_path {
+        paths.cni_bin = c
+            .to_string_lossy()
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| paths.host(std::path::Path::new(d)))
+            .collect();
     }
     let report = diagnose(&paths, a.conf.as_deref());
     if a.json {
@@ -269,8 +280,8 @@ fn check_conf(
 /// ([`crate::config::NetConf::parse`]), its paths against the node policy read under the
 /// host root ([`crate::policy::screen`]; a `logFile` outside it is a warning, as ADD
 /// logs it), the IPAM configuration (the built-in one parsed;
-/// `dhcp` refused; a delegated plugin is not looked up: the doctor does not know the
-/// runtime's `CNI_PATH`), and, when it names a device, the device under the host root
+/// `dhcp` refused; a delegated plugin looked up in `/opt/cni/bin`, or `--cni-path`, under
+/// the host root, as ADD looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device under the host root
 /// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
 /// isolation rule against this node's RDMA netns mode
 /// ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose GUID is not
@@ -301,6 +312,21 @@ fn conf_error(
         .and_then(|t| t.as_str());
     if conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin) || t == Some("dhcp") {
         crate::plugin::ipam_for(&conf, &[])?;
+    } else if let Some(t) = t {
+        // A delegated IPAM plugin must be where the runtime's CNI_PATH looks (ADD answers
+        // code 7 otherwise); named as the node names it, not under the host root.
+        let dirs: Vec<String> = paths
+            .cni_bin
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        crate::cni::Delegate::find(t, &dirs).map_err(|mut e| {
+            let root = paths.root.display().to_string();
+            if root != "/" {
+                e.msg = e.msg.replace(&root, "");
+            }
+            e
+        })?;
     }
     if let Some(addr) = conf.device_id {
         let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
