@@ -112,11 +112,7 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
             // through it, and nothing is touched through it now.
             if let Ok(raw) = serde_json::from_slice::<serde_json::Value>(stdin) {
                 let screened = screen(&raw, Path::new(HOST_ROOT), &PathKey::ALL);
-                if !screened.refused.is_empty() {
-                    log::warn!(
-                        "DEL with a configuration ADD refuses ({e}) and paths outside the node policy ({}): nothing touched",
-                        screened.refusal().map(|r| r.msg).unwrap_or_default()
-                    );
+                if screened.verdict(Command::Del, "paths")? == Verdict::NothingTouched {
                     return Ok(None);
                 }
             }

@@ -125,18 +125,17 @@ impl fmt::Display for PathKey {
     }
 }
 
-/// The node file could not be used: unreadable, not JSON, or a value of the wrong form.
+/// The node file ([`NODE_FILE`]) could not be used: unreadable, not JSON, or a value of
+/// the wrong form.
 #[derive(Debug)]
 pub struct NodeFileError {
-    /// The file, as the node names it ([`NODE_FILE`]).
-    pub file: PathBuf,
     /// What is wrong.
     pub msg: String,
 }
 
 impl fmt::Display for NodeFileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node file {}: {}", self.file.display(), self.msg)
+        write!(f, "node file {NODE_FILE}: {}", self.msg)
     }
 }
 
@@ -171,8 +170,6 @@ pub struct PathViolation {
     pub refusal: Refusal,
     /// The key's roots.
     pub roots: Vec<PathBuf>,
-    /// The node file that sets the policy ([`NODE_FILE`]).
-    pub file: PathBuf,
 }
 
 impl fmt::Display for PathViolation {
@@ -191,7 +188,7 @@ impl fmt::Display for PathViolation {
         let roots: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
         write!(
             f,
-            "{} {:?} {why}: the node policy allows {} (set in {}: \"pathRoots\", \"extraPathRoots\")",
+            "{} {:?} {why}: the node policy allows {} (set in {NODE_FILE}: \"pathRoots\", \"extraPathRoots\")",
             self.key,
             self.path,
             if roots.is_empty() {
@@ -199,7 +196,6 @@ impl fmt::Display for PathViolation {
             } else {
                 format!("only paths beneath {}", roots.join(", "))
             },
-            self.file.display()
         )
     }
 }
@@ -256,10 +252,7 @@ impl NodePolicy {
     /// root with `..`.
     pub fn load(host_root: &Path) -> Result<NodePolicy, NodeFileError> {
         let file = under(host_root, Path::new(NODE_FILE));
-        let err = |msg: String| NodeFileError {
-            file: PathBuf::from(NODE_FILE),
-            msg,
-        };
+        let err = |msg: String| NodeFileError { msg };
         let bytes = match read_node_file(&file) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -325,7 +318,6 @@ impl NodePolicy {
             path: path.to_string(),
             refusal,
             roots: self.roots(key).to_vec(),
-            file: PathBuf::from(NODE_FILE),
         };
         if path.contains('\0') {
             return Err(refuse(Refusal::Nul));
@@ -337,30 +329,24 @@ impl NodePolicy {
         if p.components().any(|c| c == Component::ParentDir) {
             return Err(refuse(Refusal::DotDot));
         }
-        let mut last = Refusal::OutsideRoots;
-        for root in self.roots(key).iter().filter(|r| p.starts_with(r)) {
-            // The root as the host resolves it (an admin's root may itself be a link).
-            let Ok(real_root) = resolve(&self.host_root, root) else {
-                continue;
-            };
-            match resolve(&self.host_root, p) {
-                Ok(real) if real.starts_with(&real_root) => return Ok(()),
-                Ok(real) => last = Refusal::LinkOut(real),
-                Err(e) => last = Refusal::Unresolvable(e.to_string()),
-            }
+        let mut matching = self
+            .roots(key)
+            .iter()
+            .filter(|r| p.starts_with(r))
+            .peekable();
+        if matching.peek().is_none() {
+            return Err(refuse(Refusal::OutsideRoots));
         }
-        Err(refuse(last))
-    }
-
-    /// Checks every path `conf` (a network configuration as received) gives
-    /// ([`configured_paths`]), `logFile` included.
-    ///
-    /// Errors: every violation, in [`PathKey::ALL`] order.
-    pub fn check_all(&self, conf: &Value) -> Vec<PathViolation> {
-        configured_paths(conf)
-            .into_iter()
-            .filter_map(|(k, p)| self.check(k, &p).err())
-            .collect()
+        // The path as the host resolves it, once for every root it starts with.
+        let real = resolve(&self.host_root, p)
+            .map_err(|e| refuse(Refusal::Unresolvable(e.to_string())))?;
+        // The root as the host resolves it too (an admin's root may itself be a link).
+        if matching.any(|root| {
+            resolve(&self.host_root, root).is_ok_and(|real_root| real.starts_with(real_root))
+        }) {
+            return Ok(());
+        }
+        Err(refuse(Refusal::LinkOut(real)))
     }
 }
 

@@ -305,29 +305,20 @@ fn conf_error(
         return Err(err);
     }
     conf.warnings.extend(screened.warnings);
-    let t = conf
-        .ipam
-        .as_ref()
-        .and_then(|v| v.get("type"))
-        .and_then(|t| t.as_str());
-    if conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin) || t == Some("dhcp") {
-        crate::plugin::ipam_for(&conf, &[])?;
-    } else if let Some(t) = t {
-        // A delegated IPAM plugin must be where the runtime's CNI_PATH looks (ADD answers
-        // code 7 otherwise); named as the node names it, not under the host root.
-        let dirs: Vec<String> = paths
-            .cni_bin
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
-        crate::cni::Delegate::find(t, &dirs).map_err(|mut e| {
-            let root = paths.root.display().to_string();
-            if root != "/" {
-                e.msg = e.msg.replace(&root, "");
-            }
-            e
-        })?;
-    }
+    // The IPAM as ADD chooses it, a delegated plugin looked up where the runtime's
+    // CNI_PATH would look; named as the node names it, not under the host root.
+    let dirs: Vec<String> = paths
+        .cni_bin
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    crate::plugin::ipam_for(&conf, &dirs).map_err(|mut e| {
+        let root = paths.root.display().to_string();
+        if root != "/" {
+            e.msg = e.msg.replace(&root, "");
+        }
+        e
+    })?;
     if let Some(addr) = conf.device_id {
         let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
         let (dev, _, vfio) = crate::plugin::device_and_mode(&sysfs, &conf, addr)?;
