@@ -8,7 +8,8 @@
 //!   and before the log is opened: a `logFile` outside it is not opened (the log goes to
 //!   the journal or stderr, with one warning); another key outside it makes ADD, CHECK
 //!   and STATUS answer code 7 naming the key, the path and the node file, and DEL and GC
-//!   succeed touching nothing;
+//!   succeed touching nothing; then the node file's `defaults` fill the keys the
+//!   configuration leaves out ([`crate::policy::NodeDefaults`]);
 //! - stdin is read up to [`MAX_STDIN`] bytes; a larger input is refused with code 6
 //!   before any parsing (a network configuration is a few KiB; an unbounded read and
 //!   parse of a huge one costs about 30 times its size in memory);
@@ -102,7 +103,7 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
             sniff_version(stdin).as_deref(),
         )));
     }
-    let conf = match NetConf::parse_for(stdin, env.command) {
+    let mut conf = match NetConf::parse_for(stdin, env.command) {
         Ok(c) => c,
         // DEL with a configuration ADD refuses: the journal (if any) holds ADD's.
         Err(e) if env.command == Command::Del => {
@@ -138,6 +139,11 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     }
     if screened.verdict(env.command, "paths")? == Verdict::NothingTouched {
         return Ok(None);
+    }
+    // The node's defaults for keys the network leaves out (the node file's `defaults`;
+    // none when the file could not be used, which ADD, CHECK and STATUS refused above).
+    for filled in screened.defaults.apply(&mut conf) {
+        log::info!("{filled}");
     }
     for seg in env.args.skipped() {
         log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");

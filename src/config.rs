@@ -113,8 +113,9 @@ pub struct NetConf {
     pub pkey: Option<u16>,
     /// `link_state`: `auto|enable|disable`; `None` leaves the VF's link state alone.
     pub link_state: Option<LinkState>,
-    /// `rdmaIsolation`: `Some(true)` requires exclusive RDMA netns mode, `Some(false)`
-    /// never moves the RDMA device, `None` moves it when the mode is exclusive.
+    /// `rdmaIsolation`: `Some(true)` requires exclusive RDMA netns mode and moves the
+    /// VF's RDMA device into the pod; `Some(false)` and `None` never move it (as the Go
+    /// plugin). The node file's `defaults` may fill `None` ([`crate::policy::NodeDefaults`]).
     pub rdma_isolation: Option<bool>,
     /// `ibKubernetesEnabled`: ADD waits (code 11) for ib-kubernetes' annotation.
     pub ib_kubernetes_enabled: bool,

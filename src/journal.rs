@@ -233,6 +233,11 @@ pub struct Journal {
     /// this boot's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The VF's RDMA devices listed under `<VF>/infiniband/` at ADD, moved by this
+    /// plugin or not: CHECK names the one another plugin (rdma-cni chained after this
+    /// one) moved into the pod. Empty in journals of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma_devices: Vec<String>,
 }
 
 impl Journal {
@@ -759,6 +764,7 @@ mod tests {
             ],
             complete: false,
             boot_id: None,
+            rdma_devices: Vec::new(),
         }
     }
 

@@ -18,7 +18,12 @@
 //! ```
 //!
 //! - `pathRoots.<key>` replaces the roots of that key (an empty list allows none);
-//! - `extraPathRoots` is added to the roots of every key, replaced or not.
+//! - `extraPathRoots` is added to the roots of every key, replaced or not;
+//! - `defaults` ([`NodeDefaults`]) gives the node's value of a network key that a
+//!   network configuration leaves out (today `rdmaIsolation` only, which the SR-IOV
+//!   network operator cannot render); a key the configuration gives always wins.
+//!
+//! Unknown keys, at the top level and in `defaults`, make the file invalid.
 //!
 //! A path is allowed when it is absolute, has no `..` component and no NUL, starts
 //! (component by component) with one of its key's roots, and still lies beneath that root
@@ -32,7 +37,7 @@
 //! Only values the configuration gives are checked: the built-in defaults of the keys
 //! (`/run/ib-sriov`, `/var/lib/cni/networks`, ...) are the plugin's own choice.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -207,6 +212,54 @@ struct RawNodeFile {
     extra_path_roots: Vec<String>,
     #[serde(rename = "pathRoots", default)]
     path_roots: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    defaults: NodeDefaults,
+}
+
+/// The node file's `defaults`: network keys the node supplies when a network
+/// configuration leaves them out (docs/configuration.md "Node defaults"). A key the
+/// configuration gives always wins. Only keys that describe the node rather than the
+/// network are allowed, and only those an operator-rendered configuration cannot carry:
+/// today `rdmaIsolation` (the SR-IOV network operator's SriovIBNetwork has no field for
+/// it). Path keys are not defaults (the node confines them with `pathRoots`), nor are
+/// keys that name a VF, a GUID, a pkey or addresses (they belong to one network).
+///
+/// Errors (through [`NodePolicy::load`]): an unknown key, or a value of the wrong type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDefaults {
+    /// `rdmaIsolation` for configurations without the key: `true` moves each VF's RDMA
+    /// device into its pod (exclusive RDMA netns mode required, else ADD answers code 7).
+    #[serde(
+        rename = "rdmaIsolation",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rdma_isolation: Option<bool>,
+}
+
+impl NodeDefaults {
+    /// The keys this node file may set in `defaults`, as configurations spell them.
+    pub const KEYS: &'static [&'static str] = &["rdmaIsolation"];
+
+    /// True when no default is set.
+    pub fn is_empty(&self) -> bool {
+        self == &NodeDefaults::default()
+    }
+
+    /// Fills the keys `conf` lacks from these defaults and returns one log line per key
+    /// filled (`"rdmaIsolation: true (from the node file's defaults)"`); a key `conf`
+    /// gives is kept.
+    pub fn apply(&self, conf: &mut crate::config::NetConf) -> Vec<String> {
+        let mut filled = Vec::new();
+        if let (None, Some(v)) = (conf.rdma_isolation, self.rdma_isolation) {
+            conf.rdma_isolation = Some(v);
+            filled.push(format!(
+                "rdmaIsolation: {v} (from the defaults of {NODE_FILE}; the network does not set it)"
+            ));
+        }
+        filled
+    }
 }
 
 /// The node policy: the roots of each [`PathKey`], and the host root its paths are
@@ -217,6 +270,8 @@ pub struct NodePolicy {
     host_root: PathBuf,
     /// Whether a node file was read (else the built-in defaults).
     pub from_file: bool,
+    /// The node file's `defaults` (empty without a file).
+    pub defaults: NodeDefaults,
 }
 
 /// A root from the node file: absolute, no `..`, no NUL.
@@ -240,6 +295,7 @@ impl NodePolicy {
                 .collect(),
             host_root: host_root.to_path_buf(),
             from_file: false,
+            defaults: NodeDefaults::default(),
         }
     }
 
@@ -248,8 +304,8 @@ impl NodePolicy {
     ///
     /// Errors: the file exists but cannot be read, is larger than [`MAX_NODE_FILE`], is
     /// not a JSON object of the documented keys (`extraPathRoots`: array of absolute
-    /// paths; `pathRoots`: object from a [`PathKey`] name to such an array), or names a
-    /// root with `..`.
+    /// paths; `pathRoots`: object from a [`PathKey`] name to such an array; `defaults`:
+    /// object of [`NodeDefaults::KEYS`]), or names a root with `..`.
     pub fn load(host_root: &Path) -> Result<NodePolicy, NodeFileError> {
         let file = under(host_root, Path::new(NODE_FILE));
         let err = |msg: String| NodeFileError { msg };
@@ -272,6 +328,7 @@ impl NodePolicy {
         let raw = RawNodeFile::deserialize(&v).map_err(|e| e.to_string())?;
         let mut p = NodePolicy::defaults(host_root);
         p.from_file = true;
+        p.defaults = raw.defaults.clone();
         for (k, list) in &raw.path_roots {
             let key = PathKey::from_name(k).ok_or_else(|| {
                 let names: Vec<&str> = PathKey::ALL.iter().map(|k| k.name()).collect();
@@ -365,6 +422,8 @@ pub struct Screened {
     /// The node file could not be used ([`NodePolicy::load`]); the checks above used
     /// the defaults. ADD, CHECK and STATUS answer code 7 with it.
     pub node_error: Option<NodeFileError>,
+    /// The node file's `defaults` (empty when it has none or could not be used).
+    pub defaults: NodeDefaults,
 }
 
 impl Screened {
@@ -440,6 +499,7 @@ pub fn screen(conf: &Value, host_root: &Path, keys: &[PathKey]) -> Screened {
         out.node_error = Some(e);
         NodePolicy::defaults(host_root)
     });
+    out.defaults = policy.defaults.clone();
     for (key, path) in configured_paths(conf) {
         if !keys.contains(&key) {
             continue;
@@ -712,6 +772,33 @@ mod tests {
                 NodePolicy::from_json(h.path(), bad.as_bytes()).is_err(),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn defaults_fill_what_the_network_lacks_and_unknown_ones_are_refused() {
+        let h = host();
+        let p =
+            NodePolicy::from_json(h.path(), br#"{"defaults": {"rdmaIsolation": true}}"#).unwrap();
+        assert_eq!(p.defaults.rdma_isolation, Some(true));
+        assert!(NodePolicy::defaults(h.path()).defaults.is_empty());
+        let parse = |c: &str| crate::config::NetConf::parse(c.as_bytes()).unwrap();
+        let mut absent = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"ib-sriov"}"#);
+        let filled = p.defaults.apply(&mut absent);
+        assert_eq!(absent.rdma_isolation, Some(true));
+        assert!(filled[0].starts_with("rdmaIsolation: true"), "{filled:?}");
+        let mut given =
+            parse(r#"{"cniVersion":"1.0.0","name":"n","type":"ib-sriov","rdmaIsolation":false}"#);
+        assert!(p.defaults.apply(&mut given).is_empty());
+        assert_eq!(given.rdma_isolation, Some(false), "the network's key wins");
+        for bad in [
+            r#"{"defaults": {"rdmaIsolaton": true}}"#,
+            r#"{"defaults": {"stateDir": "/run/x"}}"#,
+            r#"{"defaults": {"rdmaIsolation": "true"}}"#,
+            r#"{"defaults": []}"#,
+        ] {
+            let e = NodePolicy::from_json(h.path(), bad.as_bytes()).unwrap_err();
+            assert!(!e.is_empty(), "{bad}");
         }
     }
 

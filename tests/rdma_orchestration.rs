@@ -102,11 +102,11 @@ impl World {
 }
 
 #[test]
-fn exclusive_mode_moves_the_rdma_device_before_the_netdev_and_back_on_del() {
+fn rdma_isolation_true_moves_the_rdma_device_before_the_netdev_and_back_on_del() {
     let w = World::new(NetnsMode::Exclusive);
     let before = w.host.snapshot();
     let pod = w.host.new_pod();
-    let conf = w.conf(0, None);
+    let conf = w.conf(0, Some(true));
     let rdma = w.host.vf(0).rdma.clone().unwrap();
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
     assert_eq!(w.rdma_names_in(w.pod_key(&pod)), vec![rdma.clone()]);
@@ -120,7 +120,7 @@ fn exclusive_mode_moves_the_rdma_device_before_the_netdev_and_back_on_del() {
     assert!(pos("rdma") < pos("move"), "{:?}", j.steps);
     assert_eq!(j.rdma_device(), Some(rdma.as_str()));
 
-    let res = w.run("ADD", "c1x", pod.netns(), &w.conf(1, None));
+    let res = w.run("ADD", "c1x", pod.netns(), &w.conf(1, Some(true)));
     assert!(res.is_err(), "net1 taken in the pod");
     let mut c = conf.clone();
     c["prevResult"] = json!({"cniVersion": "1.0.0"});
@@ -171,15 +171,137 @@ fn shared_mode_required_is_refused_and_optional_leaves_the_device() {
     assert_eq!(w.host.snapshot(), before);
 }
 
+/// `rdmaIsolation` false or absent never moves the RDMA device, also in exclusive mode:
+/// absent means what it means under the Go plugin (its `RdmaIsolation bool` is false
+/// when the key is absent, k8snetworkplumbingwg/ib-sriov-cni 543060d
+/// `pkg/types/types.go`, and `cmd/ib-sriov-cni/main.go` moves only when it is true).
 #[test]
-fn rdma_isolation_false_never_moves() {
+fn rdma_isolation_false_or_absent_never_moves() {
+    for iso in [Some(false), None] {
+        let w = World::new(NetnsMode::Exclusive);
+        let before = w.host.snapshot();
+        let pod = w.host.new_pod();
+        let rdma = w.host.vf(0).rdma.clone().unwrap();
+        w.run("ADD", "c1", pod.netns(), &w.conf(0, iso)).unwrap();
+        assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), 0, "{iso:?}");
+        assert!(w.rdma_names_in(w.host_key).contains(&rdma), "{iso:?}");
+        let j = JournalStore::new(w.host.root().join("state"))
+            .load("c1", "net1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(j.rdma_device(), None);
+        assert_eq!(j.rdma_devices, vec![rdma.clone()], "listed for CHECK");
+        w.run("DEL", "c1", pod.netns(), &w.conf(0, iso)).unwrap();
+        assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), 0, "{iso:?}");
+        assert_eq!(w.host.snapshot(), before);
+    }
+}
+
+/// An attachment journaled by an earlier build, under which an absent `rdmaIsolation`
+/// moved the RDMA device: its journal has the RDMA step and no `rdmaIsolation`. DEL
+/// undoes what was journaled (the device comes back from the pod), whatever the
+/// configuration it gets says now.
+#[test]
+fn del_of_an_attachment_journaled_under_absent_means_move_brings_the_device_back() {
     let w = World::new(NetnsMode::Exclusive);
+    let before = w.host.snapshot();
     let pod = w.host.new_pod();
-    w.run("ADD", "c1", pod.netns(), &w.conf(0, Some(false)))
+    let rdma = w.host.vf(1).rdma.clone().unwrap();
+    w.run("ADD", "c1", pod.netns(), &w.conf(1, Some(true)))
         .unwrap();
-    assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), 0);
-    w.run("DEL", "c1", pod.netns(), &w.conf(0, Some(false)))
+    // The journal as the earlier build wrote it: no rdmaIsolation, no rdmaDevices.
+    let store = JournalStore::new(w.host.root().join("state"));
+    let path = store.dir().join(
+        std::fs::read_dir(store.dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .find(|n| n.to_string_lossy().contains("c1"))
+            .expect("the journal file"),
+    );
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    v["rdmaIsolation"] = Value::Null;
+    v.as_object_mut().unwrap().remove("rdmaDevices");
+    v["conf"].as_object_mut().unwrap().remove("rdmaIsolation");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let j = store.load("c1", "net1").unwrap().unwrap();
+    assert_eq!(
+        (j.rdma_isolation, j.rdma_device()),
+        (None, Some(rdma.as_str()))
+    );
+    assert_eq!(w.rdma_names_in(w.pod_key(&pod)), vec![rdma.clone()]);
+
+    w.run("DEL", "c1", pod.netns(), &w.conf(1, None)).unwrap();
+    let last = *w.mem.moves().last().unwrap();
+    assert_eq!((last.1, last.2), (w.pod_key(&pod), w.host_key));
+    assert!(w.rdma_names_in(w.host_key).contains(&rdma));
+    assert!(store.load("c1", "net1").unwrap().is_none());
+    assert_eq!(w.host.snapshot(), before);
+}
+
+/// rdma-cni chained after ib-sriov with `rdmaIsolation` absent (what operator users
+/// render, `metaPlugins: {"type": "rdma"}`): ADD leaves the RDMA device in the host;
+/// rdma-cni then moves it into the pod, and the kernel re-creates the IPoIB netdev in
+/// the host (emulated: the pod's veth end deleted and the pair re-created in the host
+/// under the kernel's `ib%d`-style name). CHECK says plainly what happened; after
+/// rdma-cni's DEL (the device back in the host), our DEL restores the VF fully.
+#[test]
+fn rdma_cni_chained_after_us_check_names_the_move_and_del_restores() {
+    let w = World::new(NetnsMode::Exclusive);
+    let before = w.host.snapshot();
+    let pod = w.host.new_pod();
+    let conf = w.conf(2, None);
+    let rdma = w.host.vf(2).rdma.clone().unwrap();
+    let res = w.run("ADD", "c1", pod.netns(), &conf).unwrap().unwrap();
+    assert!(
+        w.rdma_names_in(w.host_key).contains(&rdma),
+        "left for rdma-cni"
+    );
+    // rdma-cni's ADD: the device moves into the pod ...
+    let dev = w
+        .mem
+        .devices_in(w.host_key)
+        .into_iter()
+        .find(|d| d.name == rdma)
         .unwrap();
+    w.mem.remove_device(dev.index).unwrap();
+    w.mem.add_device(w.pod_key(&pod), dev.clone());
+    // ... and the kernel re-creates the IPoIB netdev in the host.
+    let out = std::process::Command::new("ip")
+        .args(["-n", &pod.name, "link", "del", "net1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    w.host
+        .return_destroyed_vf_netdev(2, "ib7", &before)
+        .unwrap();
+    assert!(!pod.links().contains(&"net1".to_string()));
+
+    let mut c = conf.clone();
+    c["prevResult"] = res;
+    let e = w.run("CHECK", "c1", pod.netns(), &c).unwrap_err();
+    assert_eq!(e.code, 104, "{e}");
+    for needle in [
+        "net1 is gone from",
+        &format!("RDMA device {rdma}"),
+        "rdma-cni",
+        "recreate the IPoIB netdev in the host network namespace",
+        "as ib7",
+        "rdmaIsolation: true",
+    ] {
+        assert!(e.msg.contains(needle), "{needle:?} in {e}");
+    }
+
+    // rdma-cni's DEL first (libcni deletes in reverse order): the device back.
+    w.mem.remove_device(dev.index).unwrap();
+    w.mem.add_device(w.host_key, dev);
+    w.run("DEL", "c1", pod.netns(), &conf).unwrap();
+    assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), 0, "we moved nothing");
+    assert!(JournalStore::new(w.host.root().join("state"))
+        .load("c1", "net1")
+        .unwrap()
+        .is_none());
+    assert_eq!(w.host.snapshot(), before, "the VF restored");
 }
 
 #[test]
@@ -265,7 +387,7 @@ fn del_after_the_pod_netns_died_needs_no_rdma_move() {
     let w = World::new(NetnsMode::Exclusive);
     let before = w.host.snapshot();
     let pod = w.host.new_pod();
-    let conf = w.conf(1, None);
+    let conf = w.conf(1, Some(true));
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
     let key = w.pod_key(&pod);
     let moves = w.mem.calls(RdmaOp::MoveToNetns);

@@ -302,6 +302,11 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         steps: plan,
         complete: false,
         boot_id: crate::boot::id().map(str::to_string),
+        rdma_devices: if vfio {
+            Vec::new()
+        } else {
+            dev.rdma_devices.clone()
+        },
     };
 
     // 5. The holder link, then the plan, durable before the first change.

@@ -1,6 +1,6 @@
 //! CHECK (SPEC.md "CHECK"): the attachment exists and is as configured.
 
-use super::steps::{ns_id, Pod};
+use super::steps::{find_in_host, ns_id, Host, Pod};
 use super::vfattr::PfView;
 use super::{ipam_error, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
@@ -61,9 +61,9 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
 
     if let Some((nid, _, _, pod_ifindex)) = j.netdev() {
         let nl = pod.nl()?;
-        let link = nl
-            .link_by_name(&env.ifname)?
-            .ok_or_else(|| fail(format!("{} does not exist in {netns}", env.ifname)))?;
+        let Some(link) = nl.link_by_name(&env.ifname)? else {
+            return Err(fail(netdev_gone(ctx, &j, &pod, netns)?));
+        };
         if Some(link.index) != pod_ifindex || format_hwaddr(&link.address) != nid.hwaddr {
             return Err(fail(format!(
                 "{} in {netns} is not the netdev of VF {} (ifindex {}, address {}; expected ifindex {:?}, address {})",
@@ -149,4 +149,41 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
         }
     }
     Ok(())
+}
+
+/// CHECK's answer when the pod has no `CNI_IFNAME`: where the VF's netdev is instead.
+/// When it is in the host and a RDMA device of the VF (listed in the journal at ADD)
+/// that this plugin did not move is in the pod, another plugin moved it (rdma-cni
+/// chained after this one), and the kernel re-created the IPoIB netdev in the host:
+/// moving an RDMA device to another netns disables and re-enables it, so ib_core
+/// removes and re-adds its clients, and the ipoib ULP re-creates its netdev in the
+/// initial netns (`rdma_dev_change_netns()` in drivers/infiniband/core/device.c).
+///
+/// Errors: opening the host's rtnetlink.
+fn netdev_gone(
+    ctx: &Ctx,
+    j: &crate::journal::Journal,
+    pod: &Pod,
+    netns: &str,
+) -> Result<String, CniError> {
+    let ifname = &ctx.env.ifname;
+    let host = Host::open(&ctx.sysfs)?;
+    let Some(l) = find_in_host(&host, j.vf, None)? else {
+        return Ok(format!("{ifname} does not exist in {netns}"));
+    };
+    let moved_by_other = j
+        .rdma_devices
+        .iter()
+        .filter(|_| j.rdma_device().is_none())
+        .find(|r| super::rdma::in_pod(ctx, r, &pod.ns).unwrap_or(false));
+    Ok(match moved_by_other {
+        Some(r) => format!(
+            "{ifname} is gone from {netns}: RDMA device {r} of VF {} was moved into {netns} by another plugin (rdma-cni chained after ib-sriov), and an RDMA device move makes the kernel recreate the IPoIB netdev in the host network namespace, where it now is as {}: the pod has the RDMA device but no IPoIB. To give pods both, remove rdma from the chain and set rdmaIsolation: true (or the node default, docs/configuration.md \"RDMA device isolation\"); DEL restores the VF either way",
+            j.vf, l.name
+        ),
+        None => format!(
+            "{ifname} does not exist in {netns}: the netdev of VF {} is {} in the host network namespace (an RDMA device move recreates the IPoIB netdev there)",
+            j.vf, l.name
+        ),
+    })
 }

@@ -42,10 +42,13 @@ pub const SHARED_MODE_FIX: &str =
 
 /// Decides, before any host change, whether ADD moves an RDMA device and which one.
 ///
-/// `rdmaIsolation: true` requires exclusive mode and exactly one RDMA device under
-/// `<VF>/infiniband/` (else code 7 saying what to do); `false` never moves; absent moves
-/// when the mode is exclusive, leaves it when shared, and logs and goes on when the
-/// kernel has no RDMA subsystem or the VF has no RDMA device.
+/// `rdmaIsolation: true` (given, or from the node file's `defaults`) requires exclusive
+/// mode and exactly one RDMA device under `<VF>/infiniband/` (else code 7 saying what to
+/// do); `false` and absent never move it, as the Go ib-sriov-cni does
+/// (k8snetworkplumbingwg/ib-sriov-cni 543060d, `cmd/ib-sriov-cni/main.go`: the device
+/// moves only `if netConf.RdmaIsolation`, a `bool` that is false when the key is absent,
+/// `pkg/types/types.go`), so rdma-cni chained after this plugin finds the device in the
+/// host as it does under Go.
 pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<String>, CniError> {
     plan_for(ctx.conf.rdma_isolation, ctx.rdma, &ctx.sysfs, dev, vfio)
 }
@@ -61,58 +64,30 @@ pub fn plan_for(
     dev: &VfDevice,
     vfio: bool,
 ) -> Result<Option<String>, CniError> {
-    let required = match rdma_isolation {
-        Some(false) => return Ok(None),
-        Some(true) => true,
-        None => false,
-    };
-    if vfio {
-        if required {
-            return Err(CniError::config(format!(
-                "rdmaIsolation is true but VF {} is in vfio mode and has no RDMA device",
-                dev.addr
-            )));
-        }
+    if rdma_isolation != Some(true) {
         return Ok(None);
     }
-    let mode = rdma.open().and_then(|mut s| s.netns_mode());
-    match mode {
-        Err(RdmaError::NoSubsystem) if !required => {
-            log::info!(
-                "the kernel has no RDMA subsystem (ib_core not loaded): the RDMA device of VF {} is not moved",
-                dev.addr
-            );
-            return Ok(None);
-        }
-        Err(e) if !required => {
-            log::warn!("cannot query the RDMA netns mode ({e}): the RDMA device of VF {} is not moved", dev.addr);
-            return Ok(None);
-        }
+    if vfio {
+        return Err(CniError::config(format!(
+            "rdmaIsolation is true but VF {} is in vfio mode and has no RDMA device",
+            dev.addr
+        )));
+    }
+    match rdma.open().and_then(|mut s| s.netns_mode()) {
         Err(e) => {
             return Err(CniError::config(format!(
                 "rdmaIsolation is true but the RDMA netns mode cannot be read: {e}"
             )))
         }
-        Ok(NetnsMode::Shared) if required => {
+        Ok(NetnsMode::Shared) => {
             return Err(CniError::config(format!(
                 "rdmaIsolation is true but the RDMA subsystem is in shared netns mode: {SHARED_MODE_FIX}"
             )))
-        }
-        Ok(NetnsMode::Shared) => {
-            log::info!(
-                "RDMA netns mode is shared: the RDMA device of VF {} stays visible in every netns",
-                dev.addr
-            );
-            return Ok(None);
         }
         Ok(NetnsMode::Exclusive) => {}
     }
     match dev.rdma_devices.as_slice() {
         [one] => Ok(Some(one.clone())),
-        [] if !required => {
-            log::warn!("VF {} has no RDMA device under infiniband/: nothing to move", dev.addr);
-            Ok(None)
-        }
         found => Err(CniError::config(format!(
             "VF {} must have exactly one RDMA device under {}/infiniband to isolate, found {found:?}",
             dev.addr,

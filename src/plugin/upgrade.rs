@@ -407,5 +407,6 @@ fn journal_for(
         complete: true,
         // The Go cache records no boot: taken as this boot's, as the Go plugin would.
         boot_id: None,
+        rdma_devices: go.rdma_device.iter().cloned().collect(),
     })
 }
