@@ -303,6 +303,82 @@ fn a_node_file_widens_narrows_and_a_broken_one_fails_closed() {
     assert_eq!(lab.host.snapshot(), before, "DEL restored the host");
 }
 
+/// The node file's `defaults` through the real binary (docs/configuration.md "Node
+/// defaults"): `rdmaIsolation: true` there makes an operator-rendered configuration
+/// (no `rdmaIsolation`) ask for isolation, which this kernel (no RDMA subsystem) cannot
+/// give: ADD is refused with code 7 before any change, saying where the value came from;
+/// STATUS says so too; a network that sets `rdmaIsolation: false` wins and attaches; an
+/// unknown key in `defaults` makes the file invalid (code 7 naming it); once it is
+/// fixed, DEL restores what ADD made.
+#[test]
+fn node_defaults_fill_rdma_isolation_and_the_network_key_wins() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.1.0", 0);
+    assert!(conf.get("rdmaIsolation").is_none());
+    let run = |wrapper: &Path, cmd: &str, cid: &str, conf: &Value| -> Run {
+        Run::from(lab.host.run_plugin(
+            wrapper,
+            cmd,
+            cid,
+            pod.netns(),
+            "net1",
+            &conf.to_string(),
+            &[],
+        ))
+    };
+    let (d, node) = private_node_file(Some(
+        r#"{"extraPathRoots": ["/tmp", "/dev/shm"], "defaults": {"rdmaIsolation": true}}"#,
+    ));
+    let before = lab.host.snapshot();
+    let r = run(&node, "ADD", "dflt", &conf);
+    assert_eq!(r.json["code"], 7, "{} / {}", r.stdout, r.stderr);
+    let msg = r.json["msg"].as_str().unwrap();
+    assert!(msg.starts_with("rdmaIsolation is true but"), "{msg}");
+    assert!(
+        r.stderr
+            .contains(&format!("rdmaIsolation: true (from the defaults of {NODE_FILE}")),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(lab.host.snapshot(), before);
+    assert!(lab.journals().is_empty());
+    let r = run(&node, "STATUS", "", &conf);
+    assert_eq!(r.json["code"], 50, "{} / {}", r.stdout, r.stderr);
+    assert!(r.json["msg"].as_str().unwrap().contains("rdmaIsolation"));
+
+    let mut explicit = conf.clone();
+    explicit["rdmaIsolation"] = json!(false);
+    let r = run(&node, "ADD", "net-wins", &explicit);
+    assert!(r.ok, "the network's key wins: {} / {}", r.stdout, r.stderr);
+    assert!(!r.stderr.contains("from the defaults"), "{}", r.stderr);
+    assert_eq!(lab.journals().len(), 1);
+
+    std::fs::write(
+        d.path().join("etc/node.json"),
+        r#"{"extraPathRoots": ["/tmp", "/dev/shm"], "defaults": {"rdmaIsolaton": true}}"#,
+    )
+    .unwrap();
+    let r = run(&node, "ADD", "typo", &conf);
+    assert_eq!(r.json["code"], 7, "{}", r.stdout);
+    let msg = r.json["msg"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("node file {NODE_FILE}")) && msg.contains("rdmaIsolaton"),
+        "{msg}"
+    );
+    // Fixed (as for any broken node file, DEL would keep the attachment, whose
+    // stateDir is outside the default roots, until then): DEL restores what ADD made.
+    std::fs::write(
+        d.path().join("etc/node.json"),
+        r#"{"extraPathRoots": ["/tmp", "/dev/shm"]}"#,
+    )
+    .unwrap();
+    let r = run(&node, "DEL", "net-wins", &explicit);
+    assert!(r.ok, "{} / {}", r.stdout, r.stderr);
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
 /// The strings a configuration, a pod or a runtime chose cannot forge a log record:
 /// newlines, carriage returns, terminal escapes and Unicode line separators in an unknown
 /// key, `CNI_ARGS`, a GUID file's contents (echoed in the error), a refused path and an
