@@ -62,6 +62,27 @@ pub fn errno_at(name: &str) -> Option<i32> {
     })
 }
 
+/// The value fail point `name` is set to (`name=VALUE`), for a fact no test host has:
+/// `IB_SRIOV_FAILPOINTS="doctor.rdma_netns_mode=exclusive"` makes the doctor judge
+/// `--conf` as on a node whose RDMA subsystem is in exclusive netns mode (the test
+/// machine has no RDMA subsystem). `None` when unset (always, without the `failpoints`
+/// feature).
+#[cfg(feature = "failpoints")]
+pub fn value_at(name: &str) -> Option<String> {
+    let spec = std::env::var(FAILPOINTS_ENV).ok()?;
+    spec.split(',').find_map(|item| {
+        let (n, v) = item.split_once('=')?;
+        (n == name).then(|| v.to_string())
+    })
+}
+
+/// Without the `failpoints` feature value fail points give nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn value_at(_name: &str) -> Option<String> {
+    None
+}
+
 /// Without the `failpoints` feature errno fail points inject nothing.
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]

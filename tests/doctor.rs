@@ -705,6 +705,134 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             table.push_str(&format!("  doctor: {w}\n"));
         }
     }
+    // RDMA exclusive netns mode (the fail point `doctor.rdma_netns_mode` stands in for
+    // the RDMA subsystem this machine lacks), with rdma-cni chained after ib-sriov or
+    // not, `rdmaIsolation` from the network or from the node file's defaults. Doctor
+    // only: libcni hands each plugin of a chain its own configuration, so ADD cannot see
+    // the chain.
+    let chain = |entry: Value| {
+        let mut e = entry;
+        let o = e.as_object_mut().unwrap();
+        o.remove("name");
+        o.remove("cniVersion");
+        json!({"cniVersion": "1.0.0", "name": "ibnet", "plugins": [e, {"type": "rdma"}]})
+    };
+    let isolated = || {
+        let mut c = base();
+        c["rdmaIsolation"] = json!(true);
+        c
+    };
+    let machine_node_file: Value =
+        serde_json::from_slice(&std::fs::read("/etc/ib-sriov/node.json").unwrap()).unwrap();
+    let mut with_default = machine_node_file.clone();
+    with_default["defaults"] = json!({"rdmaIsolation": true});
+    let rdma_rows: Vec<(&str, Value, Option<&Value>)> = vec![
+        ("ib-sriov alone, no rdmaIsolation", base(), None),
+        (
+            "rdma chained after ib-sriov, no rdmaIsolation",
+            chain(base()),
+            None,
+        ),
+        (
+            "rdma chained after ib-sriov, rdmaIsolation true",
+            chain(isolated()),
+            None,
+        ),
+        ("ib-sriov alone, rdmaIsolation true", isolated(), None),
+        (
+            "ib-sriov alone, node default rdmaIsolation true",
+            base(),
+            Some(&with_default),
+        ),
+        (
+            "rdma chained after ib-sriov, node default rdmaIsolation true",
+            chain(base()),
+            Some(&with_default),
+        ),
+        (
+            "rdma chained after ib-sriov, rdmaIsolation false beats the node default",
+            chain({
+                let mut c = base();
+                c["rdmaIsolation"] = json!(false);
+                c
+            }),
+            Some(&with_default),
+        ),
+    ];
+    let node_dir = h.path().join("etc/ib-sriov");
+    for (i, (name, conf, node)) in rdma_rows.iter().enumerate() {
+        // The node file under the host root: the machine's (a link), or a copy of it
+        // with `defaults`.
+        std::fs::remove_file(&node_dir)
+            .or_else(|_| std::fs::remove_dir_all(&node_dir))
+            .unwrap();
+        match node {
+            Some(n) => {
+                std::fs::create_dir(&node_dir).unwrap();
+                std::fs::write(node_dir.join("node.json"), n.to_string()).unwrap();
+            }
+            None => std::os::unix::fs::symlink("/etc/ib-sriov", &node_dir).unwrap(),
+        }
+        let f = h.path().join(format!("conf-rdma-{i}.json"));
+        std::fs::write(&f, conf.to_string()).unwrap();
+        let (b, hr, st) = (
+            bin().display().to_string(),
+            h.path().display().to_string(),
+            lab.state.display().to_string(),
+        );
+        let out = lab.host.host_exec(&[
+            "env",
+            "IB_SRIOV_FAILPOINTS=doctor.rdma_netns_mode=exclusive",
+            &b,
+            "doctor",
+            "--host-root",
+            &hr,
+            "--state-dir",
+            &st,
+            "--json",
+            "--conf",
+            &f.display().to_string(),
+        ]);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["node"]["rdmaNetnsMode"], "exclusive");
+        let defaults = &j["nodeFile"]["defaults"];
+        assert_eq!(defaults["rdmaIsolation"] == true, node.is_some(), "{j}");
+        let check = &j["conf"][0];
+        let verdict = if check["ok"] == true {
+            "valid".to_string()
+        } else {
+            format!("refused: {}", check["error"].as_str().unwrap())
+        };
+        table.push_str(&format!(
+            "RDMA exclusive mode: {name}{}\n  doctor only: {verdict}\n",
+            if node.is_some() {
+                format!(" (node file defaults {defaults})")
+            } else {
+                String::new()
+            }
+        ));
+        for f in j["findings"].as_array().unwrap() {
+            let code = f["code"].as_str().unwrap();
+            if code.starts_with("conf-") {
+                table.push_str(&format!(
+                    "  doctor: {} {code} {}\n    fix: {}\n",
+                    f["severity"].as_str().unwrap(),
+                    f["message"].as_str().unwrap(),
+                    f["fix"].as_str().unwrap()
+                ));
+            }
+        }
+        let status = out.status.code().unwrap();
+        assert_eq!(
+            status,
+            i32::from(verdict != "valid"),
+            "{name}: exit {status}"
+        );
+    }
+    std::fs::remove_file(&node_dir)
+        .or_else(|_| std::fs::remove_dir_all(&node_dir))
+        .unwrap();
+    std::os::unix::fs::symlink("/etc/ib-sriov", &node_dir).unwrap();
     let table = table
         .replace(&planted.path().display().to_string(), "<PLANTED>")
         .replace(&vf, "<VF>")

@@ -336,8 +336,9 @@ fn node_defaults_fill_rdma_isolation_and_the_network_key_wins() {
     let msg = r.json["msg"].as_str().unwrap();
     assert!(msg.starts_with("rdmaIsolation is true but"), "{msg}");
     assert!(
-        r.stderr
-            .contains(&format!("rdmaIsolation: true (from the defaults of {NODE_FILE}")),
+        r.stderr.contains(&format!(
+            "rdmaIsolation: true (from the defaults of {NODE_FILE}"
+        )),
         "{}",
         r.stderr
     );

@@ -131,8 +131,26 @@ pub fn run(args: &[String]) -> i32 {
 /// The whole report for the node under `paths`, with `conf` validated when given.
 pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Report {
     let (mut report, notes) = collect::collect(paths);
+    // A test host has no RDMA subsystem: the `failpoints` build takes the mode from the
+    // fail point `doctor.rdma_netns_mode` ([`crate::failpoint::value_at`]).
+    if let Some(m) = crate::failpoint::value_at("doctor.rdma_netns_mode") {
+        report.node.rdma_netns_mode = Some(m);
+    }
     let mut findings = findings::evaluate(&report, &notes);
-    if let Err(e) = crate::policy::NodePolicy::load(&paths.root) {
+    report.node_file.path = crate::policy::NODE_FILE.into();
+    let node = crate::policy::NodePolicy::load(&paths.root);
+    match &node {
+        Ok(p) if p.from_file => {
+            report.node_file.state = "valid".into();
+            report.node_file.defaults = p.defaults.clone();
+        }
+        Ok(_) => report.node_file.state = "absent".into(),
+        Err(e) => {
+            report.node_file.state = "invalid".into();
+            report.node_file.error = Some(e.msg.clone());
+        }
+    }
+    if let Err(e) = node {
         findings.push(Finding {
             severity: Severity::Error,
             code: "node-file-invalid".into(),
@@ -158,7 +176,8 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
                 (v.pci.clone(), g)
             })
             .collect();
-        let (checks, mut f) = check_conf(p, paths, &vf_guids);
+        let rdma_mode = report.node.rdma_netns_mode.clone();
+        let (checks, mut f) = check_conf(p, paths, &vf_guids, rdma_mode.as_deref());
         report.conf = checks;
         findings.append(&mut f);
         findings.sort_by(|a, b| {
@@ -174,11 +193,14 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 /// as ADD does before touching the host ([`conf_error`]), and reports the keys nothing
 /// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
 /// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
-/// device, i.e. one Multus fills on every node (`conf-node-local-range`).
+/// device, i.e. one Multus fills on every node (`conf-node-local-range`), and, when the
+/// RDMA netns mode (`rdma_mode`) is exclusive, how the RDMA device and the IPoIB netdev
+/// end up ([`rdma_chain_finding`]).
 fn check_conf(
     path: &std::path::Path,
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
+    rdma_mode: Option<&str>,
 ) -> (Vec<ConfCheck>, Vec<Finding>) {
     let subject = path.display().to_string();
     let bad = |msg: String| {
@@ -198,21 +220,29 @@ fn check_conf(
         Ok(v) => v,
         Err(e) => return (Vec::new(), vec![bad(format!("not JSON: {e}"))]),
     };
-    let entries: Vec<serde_json::Value> = match v.get("plugins").and_then(|p| p.as_array()) {
+    let type_of =
+        |p: &serde_json::Value| p.get("type").and_then(|t| t.as_str()) == Some("ib-sriov");
+    // Each ib-sriov entry, and whether rdma-cni (`type: rdma`) runs after it in the list.
+    let entries: Vec<(serde_json::Value, bool)> = match v.get("plugins").and_then(|p| p.as_array())
+    {
         Some(list) => list
             .iter()
-            .filter(|p| p.get("type").and_then(|t| t.as_str()) == Some("ib-sriov"))
-            .map(|p| {
+            .enumerate()
+            .filter(|(_, p)| type_of(p))
+            .map(|(i, p)| {
                 let mut e = p.clone();
                 for k in ["name", "cniVersion"] {
                     if let (Some(o), Some(val)) = (e.as_object_mut(), v.get(k)) {
                         o.insert(k.into(), val.clone());
                     }
                 }
-                e
+                let rdma_after = list[i + 1..]
+                    .iter()
+                    .any(|q| q.get("type").and_then(|t| t.as_str()) == Some(RDMA_CNI_TYPE));
+                (e, rdma_after)
             })
             .collect(),
-        None if v.get("type").and_then(|t| t.as_str()) == Some("ib-sriov") => vec![v.clone()],
+        None if type_of(&v) => vec![(v.clone(), false)],
         None => Vec::new(),
     };
     if entries.is_empty() {
@@ -223,7 +253,7 @@ fn check_conf(
     }
     let mut checks = Vec::new();
     let mut findings = Vec::new();
-    for e in entries {
+    for (e, rdma_after) in entries {
         let name = e
             .get("name")
             .and_then(|n| n.as_str())
@@ -231,6 +261,15 @@ fn check_conf(
             .to_string();
         match conf_error(&e, paths, vf_guids) {
             Ok(conf) => {
+                let chain = rdma_chain_finding(&e, &conf, rdma_after, rdma_mode);
+                let refused = chain.as_ref().filter(|f| f.severity == Severity::Error);
+                let error = refused.map(|f| f.message.clone());
+                let refused = refused.is_some();
+                findings.extend(chain.map(|mut f| {
+                    f.subject = subject.clone();
+                    f.message = format!("network {name}: {}", f.message);
+                    f
+                }));
                 for w in &conf.warnings {
                     let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
                     findings.push(Finding {
@@ -258,8 +297,8 @@ fn check_conf(
                 }
                 checks.push(ConfCheck {
                     name,
-                    ok: true,
-                    error: None,
+                    ok: !refused,
+                    error,
                 })
             }
             Err(err) => {
@@ -299,12 +338,14 @@ fn conf_error(
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
 ) -> Result<crate::config::NetConf, crate::cni::CniError> {
     let mut conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
-    // The node policy of the configuration's paths, as ADD applies it (crate::cli).
+    // The node policy of the configuration's paths, as ADD applies it (crate::cli), and
+    // the node file's defaults for the keys the configuration lacks.
     let screened = crate::policy::screen(e, &paths.root, &crate::policy::PathKey::ALL);
     if let Some(err) = screened.refusal() {
         return Err(err);
     }
     conf.warnings.extend(screened.warnings);
+    screened.defaults.apply(&mut conf);
     // The IPAM as ADD chooses it, a delegated plugin looked up where the runtime's
     // CNI_PATH would look; named as the node names it, not under the host root.
     let dirs: Vec<String> = paths
@@ -322,13 +363,7 @@ fn conf_error(
     if let Some(addr) = conf.device_id {
         let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
         let (dev, _, vfio) = crate::plugin::device_and_mode(&sysfs, &conf, addr)?;
-        crate::plugin::rdma::plan_for(
-            conf.rdma_isolation,
-            &crate::plugin::rdma::KernelRdma,
-            &sysfs,
-            &dev,
-            vfio,
-        )?;
+        crate::plugin::rdma::plan_for(conf.rdma_isolation, &*rdma_provider(), &sysfs, &dev, vfio)?;
         let is_vf = dev.pf != dev.addr;
         let cur = vf_guids.get(&addr.to_string()).copied().flatten();
         if let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) {
@@ -357,6 +392,96 @@ fn conf_error(
     Ok(conf)
 }
 
+/// The CNI `type` of rdma-cni (k8snetworkplumbingwg/rdma-cni; its binary is `rdma`).
+pub const RDMA_CNI_TYPE: &str = "rdma";
+
+/// The RDMA netlink provider `--conf` judges `rdmaIsolation` with: the kernel's, or, in
+/// a `failpoints` build with `doctor.rdma_netns_mode` set, an in-memory RDMA subsystem
+/// in that mode (the test machines have none).
+fn rdma_provider() -> Box<dyn crate::plugin::rdma::RdmaProvider> {
+    #[cfg(feature = "failpoints")]
+    if let Some(m) = crate::failpoint::value_at("doctor.rdma_netns_mode") {
+        use crate::rdma::{MemoryRdma, NetnsKey, NetnsMode};
+        if let Ok(here) = NetnsKey::of_path("/proc/thread-self/ns/net") {
+            let mode = if m == "shared" {
+                NetnsMode::Shared
+            } else {
+                NetnsMode::Exclusive
+            };
+            return Box::new(MemoryRdma::new(here, mode));
+        }
+    }
+    Box::new(crate::plugin::rdma::KernelRdma)
+}
+
+/// How the VF's RDMA device and its IPoIB netdev end up for the ib-sriov entry `e`
+/// (parsed as `conf`, the node file's defaults applied), with rdma-cni chained after it
+/// (`rdma_after`) or not, when the RDMA netns mode is exclusive (in shared mode every
+/// netns sees every RDMA device, and rdma-cni refuses to run). `None` otherwise, and in
+/// vfio mode (no RDMA device moves with a VF given to a VM).
+///
+/// The facts: moving an RDMA device to another netns makes the kernel re-create its
+/// IPoIB netdev in the host netns (ib_core re-registers its ULPs; the Go ib-sriov-cni
+/// notes it, k8snetworkplumbingwg/ib-sriov-cni 543060d `cmd/ib-sriov-cni/main.go`
+/// `doVFConfig`); rdma-cni looks the device up under
+/// `/sys/bus/pci/devices/<deviceID>/infiniband` and fails with "no RDMA devices found"
+/// when it is empty (k8snetworkplumbingwg/rdma-cni 449bfbc `cmd/rdma/main.go`
+/// `getRDMADevice`).
+///
+/// - isolation and rdma-cni chained: an error (`conf-rdma-chain-isolation`): rdma-cni
+///   would fail every ADD, so the pod never starts;
+/// - rdma-cni chained without isolation: a warning (`conf-rdma-chain-loses-ipoib`):
+///   the pod gets its RDMA device and loses its IPoIB netdev; the fix gives the recipe;
+/// - neither: a warning (`conf-rdma-not-isolated`): the pod sees no RDMA device.
+pub fn rdma_chain_finding(
+    e: &serde_json::Value,
+    conf: &crate::config::NetConf,
+    rdma_after: bool,
+    rdma_mode: Option<&str>,
+) -> Option<Finding> {
+    if rdma_mode != Some("exclusive") || conf.vfio_pci_mode == Some(true) {
+        return None;
+    }
+    let isolated = conf.rdma_isolation == Some(true);
+    let from = if e.get("rdmaIsolation").is_some() {
+        "set in the network"
+    } else {
+        "from the node file's defaults"
+    };
+    let recipe = format!(
+        "remove the rdma meta plugin from the chain and set rdmaIsolation: true: in the network, or, where the SR-IOV network operator renders it (a SriovIBNetwork cannot carry rdmaIsolation), as the node default {{\"defaults\": {{\"rdmaIsolation\": true}}}} in {} on every node (docs/configuration.md \"RDMA device isolation\"): ib-sriov then moves the RDMA device before the netdev, and the pod gets both",
+        crate::policy::NODE_FILE
+    );
+    let f = |severity, code: &str, message: String, fix: String| Finding {
+        severity,
+        code: code.into(),
+        subject: String::new(),
+        message,
+        fix,
+    };
+    Some(match (isolated, rdma_after) {
+        (true, true) => f(
+            Severity::Error,
+            "conf-rdma-chain-isolation",
+            format!("rdmaIsolation is true ({from}) and rdma-cni (type \"rdma\") is chained after ib-sriov: ib-sriov moves the VF's RDMA device into the pod, so rdma-cni finds none under /sys/bus/pci/devices/<deviceID>/infiniband and fails every ADD (\"no RDMA devices found\"): the pod never starts"),
+            "remove the rdma meta plugin from the chain: with rdmaIsolation ib-sriov moves the RDMA device itself and the pod keeps its IPoIB netdev (or set rdmaIsolation: false in the network, and the pod loses its IPoIB netdev)".into(),
+        ),
+        (false, true) => f(
+            Severity::Warning,
+            "conf-rdma-chain-loses-ipoib",
+            "rdma-cni (type \"rdma\") chained after ib-sriov moves the VF's RDMA device into the pod, and moving an RDMA device makes the kernel recreate its IPoIB netdev in the host network namespace: the pod gets its RDMA device but loses its IPoIB interface (CHECK fails; DEL restores the VF)".into(),
+            recipe,
+        ),
+        (false, false) => f(
+            Severity::Warning,
+            "conf-rdma-not-isolated",
+            "the RDMA netns mode is exclusive and rdmaIsolation is not true, so the VF's RDMA device stays in the host: the pod sees no RDMA device (no verbs)".into(),
+            "set rdmaIsolation: true in the network, or as the node default {\"defaults\": {\"rdmaIsolation\": true}} in /etc/ib-sriov/node.json where the SR-IOV network operator renders the network (docs/configuration.md \"RDMA device isolation\")".into(),
+        ),
+        (true, false) => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +499,49 @@ mod tests {
     }
 
     #[test]
+    fn rdma_chain_rules_in_exclusive_mode_only() {
+        let conf = |iso: Option<bool>| {
+            let mut v = serde_json::json!({"cniVersion": "1.0.0", "name": "n", "type": "ib-sriov"});
+            if let Some(b) = iso {
+                v["rdmaIsolation"] = b.into();
+            }
+            (
+                v.clone(),
+                crate::config::NetConf::parse(v.to_string().as_bytes()).unwrap(),
+            )
+        };
+        let code = |iso: Option<bool>, defaulted: bool, rdma: bool, mode: &str| {
+            let (v, mut c) = conf(iso);
+            if defaulted {
+                c.rdma_isolation = Some(true);
+            }
+            rdma_chain_finding(&v, &c, rdma, Some(mode)).map(|f| (f.severity, f.code, f.message))
+        };
+        assert_eq!(code(None, false, false, "shared"), None);
+        assert_eq!(code(None, false, true, "shared"), None);
+        let (sev, c, _) = code(None, false, false, "exclusive").unwrap();
+        assert_eq!(
+            (sev, c.as_str()),
+            (Severity::Warning, "conf-rdma-not-isolated")
+        );
+        let (sev, c, _) = code(Some(false), false, true, "exclusive").unwrap();
+        assert_eq!(
+            (sev, c.as_str()),
+            (Severity::Warning, "conf-rdma-chain-loses-ipoib")
+        );
+        assert_eq!(code(Some(true), false, false, "exclusive"), None);
+        let (sev, c, m) = code(Some(true), false, true, "exclusive").unwrap();
+        assert_eq!(
+            (sev, c.as_str()),
+            (Severity::Error, "conf-rdma-chain-isolation")
+        );
+        assert!(m.contains("set in the network"), "{m}");
+        let (sev, _, m) = code(None, true, true, "exclusive").unwrap();
+        assert_eq!(sev, Severity::Error);
+        assert!(m.contains("from the node file's defaults"), "{m}");
+    }
+
+    #[test]
     fn conf_checks_name_what_add_would_refuse() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("c.conflist");
@@ -383,7 +551,7 @@ mod tests {
         )
         .unwrap();
         let paths = collect::Paths::under(d.path(), None, None);
-        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
+        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
         assert!(
@@ -396,10 +564,10 @@ mod tests {
         )
         .unwrap();
         let paths = collect::Paths::under(d.path(), None, None);
-        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
+        let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "garbage").unwrap();
-        assert!(check_conf(&p, &paths, &BTreeMap::new()).1[0]
+        assert!(check_conf(&p, &paths, &BTreeMap::new(), None).1[0]
             .message
             .contains("not JSON"));
     }

@@ -27,6 +27,9 @@ pub struct Report {
     pub ipam: Vec<IpamNetwork>,
     /// The SR-IOV operator's VF GUID file the fallback GUIDs are read from.
     pub guid_file: GuidFileState,
+    /// The node file (`/etc/ib-sriov/node.json`, [`crate::policy`]): path roots and
+    /// the defaults it gives networks that lack a key.
+    pub node_file: NodeFileState,
     /// `--conf` validation results, one per ib-sriov configuration in the file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conf: Vec<ConfCheck>,
@@ -95,6 +98,21 @@ pub struct GuidFileState {
     pub state: String,
     /// Number of entries, when valid.
     pub entries: Option<usize>,
+    /// Why it is invalid.
+    pub error: Option<String>,
+}
+
+/// The node file ([`crate::policy::NODE_FILE`], read under the host root).
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFileState {
+    /// The file, as a host path (`/etc/ib-sriov/node.json`).
+    pub path: String,
+    /// `absent` (the built-in path roots, no defaults), `valid` or `invalid`.
+    pub state: String,
+    /// Its `defaults` ([`crate::policy::NodeDefaults`]), when valid: the value of a
+    /// network key the node supplies when a configuration lacks it.
+    pub defaults: crate::policy::NodeDefaults,
     /// Why it is invalid.
     pub error: Option<String>,
 }

@@ -39,6 +39,21 @@ pub fn render(r: &Report) -> String {
             (s, ..) => s.to_string(),
         }
     );
+    let nf = &r.node_file;
+    let _ = writeln!(
+        o,
+        "  node file         {} ({})",
+        nf.path,
+        match (nf.state.as_str(), &nf.error) {
+            ("valid", _) if nf.defaults.is_empty() => "valid, no defaults".to_string(),
+            ("valid", _) => format!(
+                "valid, defaults {}",
+                serde_json::to_string(&nf.defaults).unwrap_or_default()
+            ),
+            ("invalid", Some(e)) => format!("invalid: {e}"),
+            (s, _) => s.to_string(),
+        }
+    );
     let _ = writeln!(o, "\nPFs");
     if r.pfs.is_empty() {
         let _ = writeln!(o, "  (none: no PCI device with sriov_totalvfs)");
