@@ -325,6 +325,10 @@ impl NodePolicy {
         if !v.is_object() {
             return Err("not a JSON object".into());
         }
+        // serde would take an array for the struct `defaults` too.
+        if v.get("defaults").is_some_and(|d| !d.is_object()) {
+            return Err("defaults: not a JSON object".into());
+        }
         let raw = RawNodeFile::deserialize(&v).map_err(|e| e.to_string())?;
         let mut p = NodePolicy::defaults(host_root);
         p.from_file = true;
