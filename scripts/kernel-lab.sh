@@ -6,7 +6,9 @@
 # tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
 # real kernel's rtnetlink and RDMA netlink, one test per row of the printed table, with
 # systemd-udevd running as on a real node; then it rebinds both VFs to the mlx5-shaped test driver
-# tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs). Third, a PF
+# tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs; with
+# tests/real_kernel/rdma_chain.rs, rdma-cni's test-only stand-in tests/libcni/rdma-standin
+# chained after ib-sriov through libcni). Third, a PF
 # as big as a GPU node's: QEMU's emulated NVMe controller with SR-IOV (127 VFs, behind a
 # second PCIe root port, ARI), every VF bound to ibvf, for the cases of
 # tests/real_kernel/big_pf.rs (rows `ib::big_pf::*`: the last VF's state restored, also
@@ -141,7 +143,8 @@ if [[ "${1:-}" == --guest ]]; then
     export LAB_PF="$pf" LAB_PF_NETDEV="$pf_netdev" LAB_VF_DRIVER="$vf_driver"
     LAB_VFS="$(IFS=,; echo "${vfs[*]}")" LAB_VF_NETDEVS="$(IFS=,; echo "${vf_netdevs[*]}")"
     export LAB_VFS LAB_VF_NETDEVS
-    export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_PLUGIN_BIN="${testbin%/*}/ib-sriov" RUST_BACKTRACE=1
+    export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_RDMA_STANDIN="$out/rdma-standin"
+    export LAB_PLUGIN_BIN="${testbin%/*}/ib-sriov" RUST_BACKTRACE=1
     ip -d link show
     ls -l "$pfdir"/ "$pfdir"/virtfn*/
 
@@ -461,6 +464,13 @@ fi
 tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
     cat "$out/build.log" >&2
     echo "kernel-lab: building the libcni driver failed" >&2
+    exit 1
+}
+# The test-only stand-in of rdma-cni (tests/libcni/rdma-standin), chained after
+# ib-sriov by the cases of tests/real_kernel/rdma_chain.rs.
+tests/libcni/build.sh "$out/rdma-standin" ./rdma-standin 2>>"$out/build.log" || {
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building the rdma-cni stand-in failed" >&2
     exit 1
 }
 # The test-only module, built against the guest kernel's headers in the run directory

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build the libcni driver (tests/libcni/main.go) offline.
+# Build the libcni driver (tests/libcni/main.go), or another program of this module
+# (the rdma-cni stand-in, tests/libcni/rdma-standin), offline.
 #
-#   tests/libcni/build.sh <output-binary-path>
+#   tests/libcni/build.sh <output-binary-path> [package, default . (the driver);
+#                                               ./rdma-standin]
 #
 # Needs Debian's golang-go and golang-github-appc-cni-dev (libcni 1.1.2,
 # sources under /usr/share/gocode/src). When they are missing and we are root,
@@ -13,6 +15,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-}"
+pkg="${2:-.}"
 if [[ -z "$out" ]]; then
     echo "usage: $0 <output-binary-path>" >&2
     exit 2
@@ -42,5 +45,5 @@ export GOPATH="${GOPATH:-${TMPDIR:-/tmp}/ib-sriov-libcni-gopath}"
 
 mkdir -p "$(dirname "$out")"
 cd "$here"
-go build -trimpath -o "$out" .
+go build -trimpath -o "$out" "$pkg"
 echo "build.sh: built $out ($(go version | awk '{print $3}'), libcni $(dpkg-query -W -f='${Version}' golang-github-appc-cni-dev 2>/dev/null || echo '?'))" >&2

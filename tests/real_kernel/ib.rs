@@ -16,6 +16,11 @@ use super::*;
 #[path = "big_pf.rs"]
 mod big_pf;
 
+/// rdma-cni chained after ib-sriov through libcni, with the lab's stand-in of rdma-cni
+/// (tests/libcni/rdma-standin), and the node file's default `rdmaIsolation`.
+#[path = "rdma_chain.rs"]
+mod rdma_chain;
+
 /// `IBVF_GUID_BASE` of tests/kmod/ibvf.c: VF `n` comes up with node = port GUID base + n.
 const GUID_BASE: u64 = 0x506b_4b03_00a1_0000;
 const PF_NETDEV: &str = "ibpf0";

@@ -1,0 +1,358 @@
+//! rdma-cni chained after ib-sriov, through libcni, in exclusive RDMA netns mode, on the
+//! lab's mlx5-shaped VFs (tests/kmod/ibvf.c: moving a VF's RDMA device to another
+//! netns destroys its IPoIB netdev and creates a new one in the initial netns, as the
+//! ipoib ULP does). rdma-cni is played by tests/libcni/rdma-standin (built by the lab,
+//! `LAB_RDMA_STANDIN`), which does what rdma-cni 449bfbc's CmdAdd/CmdDel do: the lookup
+//! under `/sys/bus/pci/devices/<deviceID>/infiniband`, the move by RDMA netlink, the
+//! same errors.
+//!
+//! Each case records, after each step, where the VF's RDMA device and its IPoIB netdev
+//! are (asserted, and printed as `lab-figure:` lines for the notes):
+//! 1. `rdmaIsolation` absent, rdma chained: ADD succeeds, the RDMA device is in the pod,
+//!    the IPoIB netdev re-created in the host; CHECK says so; DEL restores the VF;
+//! 2. the node file's default `rdmaIsolation: true`, no rdma: both in the pod; DEL
+//!    restores;
+//! 3. `rdmaIsolation: true` with rdma chained: ADD fails with rdma-cni's "no RDMA
+//!    devices found"; the runtime's DEL (what it sends after a failed ADD) leaves the
+//!    host as it was.
+
+use super::*;
+
+/// Where VF `vf`'s RDMA device `rdma` and its IPoIB netdev are, host or pod, as
+/// iproute2 and sysfs show them (never from the code under test).
+fn whereabouts(vf: &str, rdma: &str, pod: &Pod) -> String {
+    let rdma_at = match (
+        host_rdma_names().contains(&rdma.to_string()),
+        pod_rdma(pod).contains(&rdma.to_string()),
+    ) {
+        (true, false) => "host".to_string(),
+        (false, true) => "pod".to_string(),
+        (h, p) => format!("host {h}, pod {p}"),
+    };
+    let in_pod: Vec<String> = ip_json(&["-n", &pod.name, "-d", "link", "show"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["parentdev"] == vf)
+        .map(|l| {
+            format!(
+                "pod {} (ifindex {})",
+                l["ifname"].as_str().unwrap(),
+                l["ifindex"]
+            )
+        })
+        .collect();
+    let in_host: Vec<String> = sysfs_netdevs(vf)
+        .iter()
+        .map(|n| format!("host {n} (ifindex {})", ifindex_of(n)))
+        .collect();
+    let netdev: Vec<String> = in_host.into_iter().chain(in_pod).collect();
+    format!(
+        "RDMA device {rdma} in the {rdma_at}; IPoIB netdev {}",
+        if netdev.is_empty() {
+            "nowhere".to_string()
+        } else {
+            netdev.join(", ")
+        }
+    )
+}
+
+/// Prints and returns the whereabouts after `step` of case `case`.
+fn figure(case: &str, step: &str, vf: &str, rdma: &str, pod: &Pod) -> String {
+    let w = whereabouts(vf, rdma, pod);
+    eprintln!("lab-figure: {case}: after {step}: {w}");
+    w
+}
+
+/// One network through libcni (tests/libcni driver): a conflist of `plugins` in a
+/// CNI_PATH holding `ib-sriov` and the rdma-cni stand-in `rdma`, optionally run in a
+/// private mount namespace whose `/etc/ib-sriov` holds `node_json` (the node file).
+struct Chain<'a> {
+    p: &'a Plugin,
+    pod: &'a Pod,
+    conf_path: PathBuf,
+    bin_dir: PathBuf,
+    node_dir: Option<PathBuf>,
+    added: std::cell::Cell<bool>,
+}
+
+impl<'a> Chain<'a> {
+    fn new(p: &'a Plugin, pod: &'a Pod, plugins: Vec<Value>, node_json: Option<&str>) -> Chain<'a> {
+        let list = json!({"cniVersion": "1.0.0", "name": NET, "plugins": plugins});
+        let conf_path = p.dir.path().join("chain.conflist");
+        std::fs::write(&conf_path, list.to_string()).unwrap();
+        let bin_dir = p.dir.path().join("cni-bin");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        std::os::unix::fs::symlink(bin(), bin_dir.join("ib-sriov")).unwrap();
+        std::os::unix::fs::symlink(var("LAB_RDMA_STANDIN"), bin_dir.join("rdma")).unwrap();
+        let node_dir = node_json.map(|j| {
+            assert!(
+                Path::new("/etc/ib-sriov").is_dir(),
+                "the node file's directory /etc/ib-sriov must exist to mount over it"
+            );
+            let d = p.dir.path().join("node-etc");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("node.json"), j).unwrap();
+            d
+        });
+        Chain {
+            p,
+            pod,
+            conf_path,
+            bin_dir,
+            node_dir,
+            added: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Runs `cmd` (add, check, del) for container `cid-chain`, `net1`.
+    fn run(&self, cmd: &str) -> (bool, String, String) {
+        if cmd == "add" {
+            self.added.set(true);
+        }
+        let driver = var("LAB_LIBCNI_DRIVER");
+        let args = [
+            cmd,
+            self.conf_path.to_str().unwrap(),
+            &self.pod.path(),
+            "cid-chain",
+            IFNAME,
+        ];
+        let mut c = match &self.node_dir {
+            None => {
+                let mut c = Command::new(&driver);
+                c.args(args);
+                c
+            }
+            Some(d) => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .arg("mount --bind \"$0\" /etc/ib-sriov && exec \"$@\"")
+                    .arg(d)
+                    .arg(&driver)
+                    .args(args);
+                c
+            }
+        };
+        let out = run(c
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("CNI_PATH", &self.bin_dir)
+            .env("LIBCNI_CACHE_DIR", self.p.dir.path().join("libcni-cache"))
+            .env(
+                "RDMA_STANDIN_CACHE_DIR",
+                self.p.dir.path().join("rdma-cache"),
+            ));
+        if cmd == "del" && out.status.success() {
+            self.added.set(false);
+        }
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+}
+
+impl Drop for Chain<'_> {
+    fn drop(&mut self) {
+        if self.added.get() {
+            let _ = self.run("del");
+        }
+    }
+}
+
+/// The ib-sriov entry of a conflist for VF `vf` (no name or cniVersion: the list's).
+fn entry(p: &Plugin, vf: &str, guid: u64, isolation: Option<bool>) -> Value {
+    let mut c = p.ib_conf(vf, guid, false);
+    let o = c.as_object_mut().unwrap();
+    o.remove("name");
+    o.remove("cniVersion");
+    o.remove("rdmaIsolation");
+    if let Some(b) = isolation {
+        c["rdmaIsolation"] = json!(b);
+    }
+    c
+}
+
+const RDMA: &str = r#"{"type": "rdma"}"#;
+
+/// Case 1: `rdmaIsolation` absent (what the SR-IOV network operator renders), rdma-cni
+/// chained after ib-sriov, as operator users run it in exclusive mode. ADD succeeds as
+/// under the Go plugin: ib-sriov moves the netdev into the pod and leaves the RDMA
+/// device, rdma-cni moves the device, and the kernel re-creates the IPoIB netdev in
+/// the host: the pod has its RDMA device and no `net1`. CHECK says so plainly. DEL
+/// (libcni: rdma-cni first, then ib-sriov) restores the VF: netdev name, GUID, link
+/// state, RDMA device, the whole host view.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_rdma_chain_without_isolation_add_check_del() {
+    ib_phase();
+    let vf = &vfs()[0];
+    let (name, rdma) = ib_vf_before(vf);
+    let before = ib_host_view();
+    let p = Plugin::new();
+    let pod = Pod::new("chain1");
+    let case = "case 1 (rdmaIsolation absent, rdma chained)";
+    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
+    let guid = 0x0200_0000_0000_0c01;
+    let chain = Chain::new(
+        &p,
+        &pod,
+        vec![
+            entry(&p, vf, guid, None),
+            serde_json::from_str(RDMA).unwrap(),
+        ],
+        None,
+    );
+
+    let (ok, stdout, stderr) = chain.run("add");
+    assert!(ok, "libcni add: {stdout}{stderr}");
+    // The re-created netdev shows up in the host (udev renames it meanwhile).
+    wait_until(
+        "VF netdev back in the host",
+        Duration::from_secs(30),
+        || !sysfs_netdevs(vf).is_empty(),
+    );
+    udev_settle();
+    let w = figure(case, "ADD", vf, &rdma, &pod);
+    assert!(
+        pod_rdma(&pod).contains(&rdma),
+        "RDMA device in the pod: {w}"
+    );
+    assert!(
+        rdma_of(vf).is_empty(),
+        "<VF>/infiniband empty in the host: {w}"
+    );
+    assert_eq!(pod.link_names(), vec!["lo".to_string()], "net1 gone: {w}");
+    let host_netdev = vf_netdev(vf, Duration::from_secs(10));
+    let t = pf_vf_text(vf_index(vf));
+    assert!(t.contains(&format!("NODE_GUID {}", guid_text(guid))), "{t}");
+    assert!(t.contains("link-state enable"), "{t}");
+
+    let (ok, stdout, stderr) = chain.run("check");
+    assert!(!ok, "CHECK must fail: {stdout}");
+    eprintln!("lab-figure: {case}: CHECK: {}", stderr.trim());
+    for needle in [
+        "net1 is gone from",
+        &format!("RDMA device {rdma} of VF {vf}"),
+        "rdma-cni",
+        "recreate the IPoIB netdev in the host network namespace",
+        &format!("as {host_netdev}"),
+        "\"code\":104",
+    ] {
+        assert!(
+            stderr.contains(needle),
+            "{needle:?} in CHECK's error: {stderr}"
+        );
+    }
+    figure(case, "CHECK", vf, &rdma, &pod);
+
+    let (ok, stdout, stderr) = chain.run("del");
+    assert!(ok, "libcni del: {stdout}{stderr}");
+    udev_settle();
+    let w = figure(case, "DEL", vf, &rdma, &pod);
+    assert!(pod_rdma(&pod).is_empty(), "no RDMA device in the pod: {w}");
+    assert_ib_restored(vf, &name, &rdma);
+    assert_eq!(ib_host_view(), before, "host restored after DEL");
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty());
+    let (ok, stdout, stderr) = chain.run("del");
+    assert!(ok, "second libcni del: {stdout}{stderr}");
+    udev_settle();
+    assert_eq!(ib_host_view(), before, "second DEL changes nothing");
+}
+
+/// Case 2: no rdma in the chain, the node file's `defaults` give `rdmaIsolation: true`
+/// (the operator recipe, docs/configuration.md "RDMA device isolation"): ib-sriov moves
+/// the RDMA device first, then the (re-created) netdev, so the pod has both; CHECK
+/// passes; DEL restores.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
+    ib_phase();
+    let vf = &vfs()[1];
+    let (name, rdma) = ib_vf_before(vf);
+    let before = ib_host_view();
+    let p = Plugin::new();
+    let pod = Pod::new("chain2");
+    let case = "case 2 (node default rdmaIsolation true, no rdma)";
+    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
+    let guid = 0x0200_0000_0000_0c02;
+    let chain = Chain::new(
+        &p,
+        &pod,
+        vec![entry(&p, vf, guid, None)],
+        Some(r#"{"defaults": {"rdmaIsolation": true}}"#),
+    );
+    let (ok, stdout, stderr) = chain.run("add");
+    assert!(ok, "libcni add: {stdout}{stderr}");
+    let res: Value = serde_json::from_str(&stdout).unwrap();
+    let w = figure(case, "ADD", vf, &rdma, &pod);
+    assert_ib_attached(&p, &pod, &res, vf, IFNAME, guid, &rdma);
+    let (ok, stdout, stderr) = chain.run("check");
+    assert!(ok, "libcni check: {stdout}{stderr} ({w})");
+    let (ok, stdout, stderr) = chain.run("del");
+    assert!(ok, "libcni del: {stdout}{stderr}");
+    udev_settle();
+    let w = figure(case, "DEL", vf, &rdma, &pod);
+    assert!(pod_rdma(&pod).is_empty(), "{w}");
+    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
+    assert_ib_restored(vf, &name, &rdma);
+    assert_eq!(ib_host_view(), before, "host restored after DEL");
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty());
+}
+
+/// Case 3: `rdmaIsolation: true` and rdma chained (what `ib-sriov doctor --conf`
+/// refuses): ib-sriov moves the RDMA device and the netdev into the pod, then rdma-cni
+/// finds nothing under `<VF>/infiniband` and fails the ADD with its own "no RDMA devices
+/// found". libcni does not undo the plugins before the failed one; the runtime sends
+/// DEL for a failed ADD (SPEC.md "ADD": the runtime cleans up with DEL), and after it
+/// the host is as before (the stand-in has no state, so its DEL does nothing).
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn ib_isolation_with_rdma_chained_fails_cleanly() {
+    ib_phase();
+    let vf = &vfs()[0];
+    let (name, rdma) = ib_vf_before(vf);
+    let before = ib_host_view();
+    let p = Plugin::new();
+    let pod = Pod::new("chain3");
+    let case = "case 3 (rdmaIsolation true, rdma chained)";
+    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
+    let guid = 0x0200_0000_0000_0c03;
+    let chain = Chain::new(
+        &p,
+        &pod,
+        vec![
+            entry(&p, vf, guid, Some(true)),
+            serde_json::from_str(RDMA).unwrap(),
+        ],
+        None,
+    );
+    let (ok, stdout, stderr) = chain.run("add");
+    assert!(!ok, "ADD must fail: {stdout}");
+    eprintln!("lab-figure: {case}: ADD: {}", stderr.trim());
+    assert!(
+        stderr.contains(&format!(
+            "failed to get RDMA device for device ID {vf}: no RDMA devices found"
+        )),
+        "{stderr}"
+    );
+    let w = figure(case, "the failed ADD", vf, &rdma, &pod);
+    assert!(
+        pod_rdma(&pod).contains(&rdma),
+        "ib-sriov's part stays until DEL: {w}"
+    );
+    let (ok, stdout, stderr) = chain.run("del");
+    assert!(ok, "libcni del: {stdout}{stderr}");
+    udev_settle();
+    let w = figure(case, "the runtime's DEL", vf, &rdma, &pod);
+    assert!(pod_rdma(&pod).is_empty(), "{w}");
+    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
+    assert_ib_restored(vf, &name, &rdma);
+    assert_eq!(
+        ib_host_view(),
+        before,
+        "host unchanged after the failed ADD and DEL"
+    );
+    assert!(p.journals().is_empty());
+    assert!(p.allocations().is_empty());
+}
