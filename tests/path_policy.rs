@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::emuhost::{EmuHost, EmuOptions};
+use common::emuhost::{EmuHost, EmuOptions, Pod};
 use common::lab::{bin, Lab, Run};
 use common::policy::{private_node_file, NODE_FILE};
 use serde_json::{json, Value};
@@ -213,6 +213,20 @@ fn a_log_file_outside_the_policy_never_fails_a_verb_and_is_not_opened() {
     }
 }
 
+/// Runs `wrapper` (the plugin under a node file of the test's own, [`private_node_file`])
+/// as `cmd` for `cid`/`net1` in `pod` with `conf`.
+fn run_via(lab: &Lab, wrapper: &Path, cmd: &str, cid: &str, pod: &Pod, conf: &Value) -> Run {
+    Run::from(lab.host.run_plugin(
+        wrapper,
+        cmd,
+        cid,
+        pod.netns(),
+        "net1",
+        &conf.to_string(),
+        &[],
+    ))
+}
+
 /// A node file of the test's own (a private mount namespace): `pathRoots` narrows a key
 /// below the machine's roots, widens it to a directory outside the defaults, and
 /// `extraPathRoots` adds to every key; a broken node file makes ADD answer code 7 naming
@@ -223,17 +237,7 @@ fn a_node_file_widens_narrows_and_a_broken_one_fails_closed() {
     let lab = Lab::default();
     let pod = lab.host.new_pod();
     let conf = lab.conf("1.0.0", 0); // stateDir in /dev/shm, the rest in /tmp
-    let run = |wrapper: &Path, cmd: &str, cid: &str| -> Run {
-        Run::from(lab.host.run_plugin(
-            wrapper,
-            cmd,
-            cid,
-            pod.netns(),
-            "net1",
-            &conf.to_string(),
-            &[],
-        ))
-    };
+    let run = |wrapper: &Path, cmd: &str, cid: &str| run_via(&lab, wrapper, cmd, cid, &pod, &conf);
 
     // Narrowed: stateDir only under /run/ib-sriov (the other keys keep /tmp).
     let (_d1, narrow) = private_node_file(Some(
@@ -316,16 +320,8 @@ fn node_defaults_fill_rdma_isolation_and_the_network_key_wins() {
     let pod = lab.host.new_pod();
     let conf = lab.conf("1.1.0", 0);
     assert!(conf.get("rdmaIsolation").is_none());
-    let run = |wrapper: &Path, cmd: &str, cid: &str, conf: &Value| -> Run {
-        Run::from(lab.host.run_plugin(
-            wrapper,
-            cmd,
-            cid,
-            pod.netns(),
-            "net1",
-            &conf.to_string(),
-            &[],
-        ))
+    let run = |wrapper: &Path, cmd: &str, cid: &str, conf: &Value| {
+        run_via(&lab, wrapper, cmd, cid, &pod, conf)
     };
     let (d, node) = private_node_file(Some(
         r#"{"extraPathRoots": ["/tmp", "/dev/shm"], "defaults": {"rdmaIsolation": true}}"#,

@@ -173,6 +173,80 @@ fn entry(p: &Plugin, vf: &str, guid: u64, isolation: Option<bool>) -> Value {
 
 const RDMA: &str = r#"{"type": "rdma"}"#;
 
+/// One case: its label, VF, the VF's netdev name and RDMA device, the host view and the
+/// plugin's directories before it, and its pod.
+struct Case {
+    label: &'static str,
+    vf: String,
+    name: String,
+    rdma: String,
+    before: Value,
+    p: Plugin,
+    pod: Pod,
+}
+
+impl Case {
+    /// Case `label` on the lab's VF `vf_index`, its pod tagged `tag`; prints where the
+    /// RDMA device and the netdev are before anything.
+    fn start(label: &'static str, vf_index: usize, tag: &str) -> Case {
+        ib_phase();
+        let vf = vfs()[vf_index].clone();
+        let (name, rdma) = ib_vf_before(&vf);
+        let c = Case {
+            label,
+            before: ib_host_view(),
+            p: Plugin::new(),
+            pod: Pod::new(tag),
+            vf,
+            name,
+            rdma,
+        };
+        c.figure("nothing (before ADD)");
+        c
+    }
+
+    fn figure(&self, step: &str) -> String {
+        figure(self.label, step, &self.vf, &self.rdma, &self.pod)
+    }
+
+    /// A chain of the ib-sriov entry (GUID `guid`, `rdmaIsolation` as given) and, when
+    /// `rdma`, rdma-cni; the node file `node_json` when given.
+    fn chain(
+        &self,
+        guid: u64,
+        isolation: Option<bool>,
+        rdma: bool,
+        node_json: Option<&str>,
+    ) -> Chain<'_> {
+        let mut plugins = vec![entry(&self.p, &self.vf, guid, isolation)];
+        if rdma {
+            // Multus adds the device plugin's deviceID to every plugin of the list
+            // (multus-cni 95a09323 pkg/types/conf.go), which is where rdma-cni reads it.
+            let mut r: Value = serde_json::from_str(RDMA).unwrap();
+            r["deviceID"] = json!(self.vf);
+            plugins.push(r);
+        }
+        Chain::new(&self.p, &self.pod, plugins, node_json)
+    }
+
+    /// After the last DEL: no RDMA device and only `lo` in the pod, the VF restored
+    /// (name, GUID, link state, RDMA device), the host view as before, no journal, no
+    /// allocation. `what` names the step for the messages.
+    fn assert_restored(&self, what: &str) {
+        udev_settle();
+        let w = self.figure(what);
+        assert!(
+            pod_rdma(&self.pod).is_empty(),
+            "no RDMA device in the pod: {w}"
+        );
+        assert_eq!(self.pod.link_names(), vec!["lo".to_string()], "{w}");
+        assert_ib_restored(&self.vf, &self.name, &self.rdma);
+        assert_eq!(ib_host_view(), self.before, "host as before after {what}");
+        assert!(self.p.journals().is_empty());
+        assert!(self.p.allocations().is_empty());
+    }
+}
+
 /// Case 1: `rdmaIsolation` absent (what the SR-IOV network operator renders), rdma-cni
 /// chained after ib-sriov, as operator users run it in exclusive mode. ADD succeeds as
 /// under the Go plugin: ib-sriov moves the netdev into the pod and leaves the RDMA
@@ -183,24 +257,10 @@ const RDMA: &str = r#"{"type": "rdma"}"#;
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_rdma_chain_without_isolation_add_check_del() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("chain1");
-    let case = "case 1 (rdmaIsolation absent, rdma chained)";
-    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
+    let c = Case::start("case 1 (rdmaIsolation absent, rdma chained)", 0, "chain1");
+    let (vf, rdma) = (&c.vf, &c.rdma);
     let guid = 0x0200_0000_0000_0c01;
-    let chain = Chain::new(
-        &p,
-        &pod,
-        vec![
-            entry(&p, vf, guid, None),
-            serde_json::from_str(RDMA).unwrap(),
-        ],
-        None,
-    );
+    let chain = c.chain(guid, None, true, None);
 
     let (ok, stdout, stderr) = chain.run("add");
     assert!(ok, "libcni add: {stdout}{stderr}");
@@ -211,16 +271,16 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
         || !sysfs_netdevs(vf).is_empty(),
     );
     udev_settle();
-    let w = figure(case, "ADD", vf, &rdma, &pod);
+    let w = c.figure("ADD");
     assert!(
-        pod_rdma(&pod).contains(&rdma),
+        pod_rdma(&c.pod).contains(rdma),
         "RDMA device in the pod: {w}"
     );
     assert!(
         rdma_of(vf).is_empty(),
         "<VF>/infiniband empty in the host: {w}"
     );
-    assert_eq!(pod.link_names(), vec!["lo".to_string()], "net1 gone: {w}");
+    assert_eq!(c.pod.link_names(), vec!["lo".to_string()], "net1 gone: {w}");
     let host_netdev = vf_netdev(vf, Duration::from_secs(10));
     let t = pf_vf_text(vf_index(vf));
     assert!(t.contains(&format!("NODE_GUID {}", guid_text(guid))), "{t}");
@@ -228,7 +288,11 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
 
     let (ok, stdout, stderr) = chain.run("check");
     assert!(!ok, "CHECK must fail: {stdout}");
-    eprintln!("lab-figure: {case}: CHECK: {}", stderr.trim());
+    let err = stderr
+        .lines()
+        .find(|l| l.starts_with("cni-error:"))
+        .unwrap_or(&stderr);
+    eprintln!("lab-figure: {}: CHECK: {err}", c.label);
     for needle in [
         "net1 is gone from",
         &format!("RDMA device {rdma} of VF {vf}"),
@@ -238,25 +302,18 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
         "\"code\":104",
     ] {
         assert!(
-            stderr.contains(needle),
+            err.contains(needle),
             "{needle:?} in CHECK's error: {stderr}"
         );
     }
-    figure(case, "CHECK", vf, &rdma, &pod);
+    c.figure("CHECK");
 
     let (ok, stdout, stderr) = chain.run("del");
     assert!(ok, "libcni del: {stdout}{stderr}");
-    udev_settle();
-    let w = figure(case, "DEL", vf, &rdma, &pod);
-    assert!(pod_rdma(&pod).is_empty(), "no RDMA device in the pod: {w}");
-    assert_ib_restored(vf, &name, &rdma);
-    assert_eq!(ib_host_view(), before, "host restored after DEL");
-    assert!(p.journals().is_empty());
-    assert!(p.allocations().is_empty());
+    c.assert_restored("DEL");
     let (ok, stdout, stderr) = chain.run("del");
     assert!(ok, "second libcni del: {stdout}{stderr}");
-    udev_settle();
-    assert_eq!(ib_host_view(), before, "second DEL changes nothing");
+    c.assert_restored("a second DEL");
 }
 
 /// Case 2: no rdma in the chain, the node file's `defaults` give `rdmaIsolation: true`
@@ -266,38 +323,33 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
-    ib_phase();
-    let vf = &vfs()[1];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("chain2");
-    let case = "case 2 (node default rdmaIsolation true, no rdma)";
-    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
+    let c = Case::start(
+        "case 2 (node default rdmaIsolation true, no rdma)",
+        1,
+        "chain2",
+    );
     let guid = 0x0200_0000_0000_0c02;
-    let chain = Chain::new(
-        &p,
-        &pod,
-        vec![entry(&p, vf, guid, None)],
+    let chain = c.chain(
+        guid,
+        None,
+        false,
         Some(r#"{"defaults": {"rdmaIsolation": true}}"#),
     );
     let (ok, stdout, stderr) = chain.run("add");
     assert!(ok, "libcni add: {stdout}{stderr}");
-    let res: Value = serde_json::from_str(&stdout).unwrap();
-    let w = figure(case, "ADD", vf, &rdma, &pod);
-    assert_ib_attached(&p, &pod, &res, vf, IFNAME, guid, &rdma);
+    let mut res: Value = serde_json::from_str(&stdout).unwrap();
+    // libcni 1.1.2's result type has no `pciID` (CNI 1.1, libcni 1.2) and drops it; the
+    // plugin's own result carries it (the direct-call cases check it).
+    assert!(res["interfaces"][0].get("pciID").is_none(), "{res}");
+    res["interfaces"][0]["pciID"] = json!(c.vf);
+    let w = c.figure("ADD");
+    assert_ib_attached(&c.p, &c.pod, &res, &c.vf, IFNAME, guid, &c.rdma);
     let (ok, stdout, stderr) = chain.run("check");
     assert!(ok, "libcni check: {stdout}{stderr} ({w})");
+    c.figure("CHECK");
     let (ok, stdout, stderr) = chain.run("del");
     assert!(ok, "libcni del: {stdout}{stderr}");
-    udev_settle();
-    let w = figure(case, "DEL", vf, &rdma, &pod);
-    assert!(pod_rdma(&pod).is_empty(), "{w}");
-    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
-    assert_ib_restored(vf, &name, &rdma);
-    assert_eq!(ib_host_view(), before, "host restored after DEL");
-    assert!(p.journals().is_empty());
-    assert!(p.allocations().is_empty());
+    c.assert_restored("DEL");
 }
 
 /// Case 3: `rdmaIsolation: true` and rdma chained (what `ib-sriov doctor --conf`
@@ -309,50 +361,28 @@ fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_isolation_with_rdma_chained_fails_cleanly() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("chain3");
-    let case = "case 3 (rdmaIsolation true, rdma chained)";
-    figure(case, "nothing (before ADD)", vf, &rdma, &pod);
-    let guid = 0x0200_0000_0000_0c03;
-    let chain = Chain::new(
-        &p,
-        &pod,
-        vec![
-            entry(&p, vf, guid, Some(true)),
-            serde_json::from_str(RDMA).unwrap(),
-        ],
-        None,
-    );
+    let c = Case::start("case 3 (rdmaIsolation true, rdma chained)", 0, "chain3");
+    let chain = c.chain(0x0200_0000_0000_0c03, Some(true), true, None);
     let (ok, stdout, stderr) = chain.run("add");
     assert!(!ok, "ADD must fail: {stdout}");
-    eprintln!("lab-figure: {case}: ADD: {}", stderr.trim());
+    let err = stderr
+        .lines()
+        .find(|l| l.starts_with("cni-error:"))
+        .unwrap_or(&stderr);
+    eprintln!("lab-figure: {}: ADD: {err}", c.label);
     assert!(
-        stderr.contains(&format!(
-            "failed to get RDMA device for device ID {vf}: no RDMA devices found"
+        err.contains(&format!(
+            "failed to get RDMA device for device ID {}: no RDMA devices found",
+            c.vf
         )),
         "{stderr}"
     );
-    let w = figure(case, "the failed ADD", vf, &rdma, &pod);
+    let w = c.figure("the failed ADD");
     assert!(
-        pod_rdma(&pod).contains(&rdma),
+        pod_rdma(&c.pod).contains(&c.rdma),
         "ib-sriov's part stays until DEL: {w}"
     );
     let (ok, stdout, stderr) = chain.run("del");
     assert!(ok, "libcni del: {stdout}{stderr}");
-    udev_settle();
-    let w = figure(case, "the runtime's DEL", vf, &rdma, &pod);
-    assert!(pod_rdma(&pod).is_empty(), "{w}");
-    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
-    assert_ib_restored(vf, &name, &rdma);
-    assert_eq!(
-        ib_host_view(),
-        before,
-        "host unchanged after the failed ADD and DEL"
-    );
-    assert!(p.journals().is_empty());
-    assert!(p.allocations().is_empty());
+    c.assert_restored("the runtime's DEL");
 }

@@ -201,7 +201,8 @@ func (c *nlConn) request(op uint16, flags uint16, attrs ...[]byte) ([][]byte, er
 			case syscall.NLMSG_DONE:
 				return replies, nil
 			default:
-				replies = append(replies, m.Data)
+				// A copy: the next datagram is read into the same buffer.
+				replies = append(replies, append([]byte(nil), m.Data...))
 			}
 		}
 	}
