@@ -152,7 +152,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
 }
 
 /// CHECK's answer when the pod has no `CNI_IFNAME`: where the VF's netdev is instead.
-/// When it is in the host and a RDMA device of the VF (listed in the journal at ADD)
+/// When it is in the host and an RDMA device of the VF (listed in the journal at ADD)
 /// that this plugin did not move is in the pod, another plugin moved it (rdma-cni
 /// chained after this one), and the kernel re-created the IPoIB netdev in the host:
 /// moving an RDMA device to another netns disables and re-enables it, so ib_core
