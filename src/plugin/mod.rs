@@ -159,7 +159,8 @@ impl Ctx<'_> {
     /// ends, or when an older binary holds the node-wide lock for `lockTimeoutMs`.
     /// Errors: code 11 as above, code 5 on I/O.
     pub fn lock_rebind(&self) -> Result<RebindTurn, CniError> {
-        let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path());
+        let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path())
+            .with_go_lock(crate::gocache::go_lock_path());
         let budget = self.budget();
         let limits = Limits {
             no_progress: self.conf.lock_timeout,
