@@ -694,6 +694,7 @@ mod tests {
             store: crate::journal::JournalStore::new(d.path()),
             rdma: &crate::plugin::rdma::KernelRdma,
             started,
+            rolling_back: std::cell::Cell::new(false),
         };
         let late = Instant::now() - (DEL_BUDGET - REBIND_RESERVE) - Duration::from_secs(1);
         let e = ctx(late).lock_rebind().unwrap_err();
