@@ -449,6 +449,25 @@ mod tests {
         (d, conf, CniEnv::from_map(&vars).unwrap())
     }
 
+    /// A Ctx `t` s into its verb (its start `t` s ago), rolling back or not.
+    fn ctx_at<'a>(
+        dir: &std::path::Path,
+        conf: &'a NetConf,
+        env: &'a CniEnv,
+        t: u64,
+        rolling: bool,
+    ) -> Ctx<'a> {
+        Ctx {
+            env,
+            conf,
+            sysfs: Sysfs::new(dir),
+            store: JournalStore::new(dir),
+            rdma: &rdma::KernelRdma,
+            started: Instant::now() - Duration::from_secs(t),
+            rolling_back: std::cell::Cell::new(rolling),
+        }
+    }
+
     /// ADD's schedule, for a delegated IPAM whose ADD and DEL both run until killed,
     /// started at every second `t` of ADD's life (after whatever came before it: the
     /// VF lock, a rebind): the delegate ADD ends by 150 s, its cleanup DEL by 180 s with
@@ -460,16 +479,7 @@ mod tests {
     #[test]
     fn add_ends_within_its_budget_whatever_the_delegate_does() {
         let (d, conf, env) = add_parts(600_000);
-        // A Ctx at `t` s into ADD (its start `t` s ago).
-        let at = |t: u64, rolling: bool| Ctx {
-            env: &env,
-            conf: &conf,
-            sysfs: Sysfs::new(d.path()),
-            store: JournalStore::new(d.path()),
-            rdma: &rdma::KernelRdma,
-            started: Instant::now() - Duration::from_secs(t),
-            rolling_back: std::cell::Cell::new(rolling),
-        };
+        let at = |t: u64, rolling: bool| ctx_at(d.path(), &conf, &env, t, rolling);
         let secs = |x: Duration| (x.as_millis() as u64).div_ceil(1000);
         let add_limit = |t| secs(at(t, false).bounded(DELEGATE_TIMEOUT));
         let cleanup_limit = |t| {
@@ -520,15 +530,7 @@ mod tests {
     #[test]
     fn add_rollback_rebinds_until_200_s_forward_ones_until_60_s() {
         let (d, conf, env) = add_parts(200);
-        let at = |t: u64, rolling: bool| Ctx {
-            env: &env,
-            conf: &conf,
-            sysfs: Sysfs::new(d.path()),
-            store: JournalStore::new(d.path()),
-            rdma: &rdma::KernelRdma,
-            started: Instant::now() - Duration::from_secs(t),
-            rolling_back: std::cell::Cell::new(rolling),
-        };
+        let at = |t: u64, rolling: bool| ctx_at(d.path(), &conf, &env, t, rolling);
         drop(at(58, false).lock_rebind().unwrap());
         let e = at(61, false).lock_rebind().unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER);
