@@ -32,6 +32,34 @@ use std::path::{Path, PathBuf};
 /// The Go plugin's cache directory (hard-coded there: `config.DefaultCNIDir`).
 pub const GO_CACHE_DIR: &str = "/var/lib/cni/ib-sriov";
 
+/// The Go plugin's node lock file (hard-coded there: `config.CniFileLockDir` +
+/// `config.CniFileLockName`, k8snetworkplumbingwg/ib-sriov-cni 543060da
+/// `pkg/config/config.go`). `cmd/ib-sriov-cni/main.go` `lockCNIExecution` creates the
+/// directory (mode 0700) and takes the lock through gofrs/flock v0.13.0 (`New`: the
+/// file opened `O_CREATE|O_RDONLY`, mode 0600; `Lock`: `flock(2)` `LOCK_EX`, blocking
+/// without limit; gofrs/flock 95a014d9 `flock.go`, `flock_unix.go`); `cmdAdd` holds it
+/// from after parsing its configuration and opening the netns to its return (the VF
+/// rebind, the moves, the delegated IPAM: the whole call), `cmdDel` likewise around the
+/// VF cleanup. This plugin holds the same lock for each of its rebind windows
+/// ([`crate::plugin::rebind_queue`]).
+pub const GO_LOCK_FILE: &str = "/var/run/cni/ib-sriov/cni.lock";
+
+/// Environment variable that replaces [`GO_LOCK_FILE`] in test builds (feature
+/// `failpoints`), so parallel emulated nodes do not share the machine's lock and a test
+/// can hold one of its own.
+#[cfg(feature = "failpoints")]
+pub const TEST_GO_LOCK_ENV: &str = "IB_SRIOV_TEST_GO_LOCK";
+
+/// The Go plugin's node lock file this process takes: [`GO_LOCK_FILE`] (in test builds,
+/// `$IB_SRIOV_TEST_GO_LOCK` when set and not empty).
+pub fn go_lock_path() -> PathBuf {
+    #[cfg(feature = "failpoints")]
+    if let Some(p) = std::env::var_os(TEST_GO_LOCK_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(GO_LOCK_FILE)
+}
+
 /// The key of this plugin's own object in a cache file it wrote: `{"bootId": <the
 /// kernel's boot ID or null>, "writer": "ib-sriov <version>"}`. Sorted after every key
 /// the Go plugin writes (all ASCII, `x` above them), so a file without it is byte for

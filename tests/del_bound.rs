@@ -134,9 +134,9 @@ fn a_rebind_turn_must_begin_by_40_s() {
     assert_eq!(lab.host.snapshot(), before);
 }
 
-/// The same DEL with time left is not cut: the bound applies to DEL only, and an ADD
-/// started "58 s ago" still waits its lockTimeoutMs for a VF lock (ADD keeps the 80 s
-/// verb bound for rebinds only).
+/// DEL's bound does not apply to ADD: an ADD started "58 s ago" still waits its
+/// lockTimeoutMs for a VF lock (ADD's own bound cuts its waits only at 150 s,
+/// `add_bound.rs`).
 #[test]
 fn add_is_not_cut_by_del_bound() {
     let lab = Lab::default();

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::emuhost::{EmuOptions, HostSnapshot};
 use common::gofix::*;
 use common::lab::Lab;
 use serde_json::{json, Value};
@@ -29,82 +29,6 @@ fn conf(lab: &Lab, f: &Value) -> (Value, PathBuf) {
     let mut c = del_conf(lab, f);
     c["goCacheDir"] = json!(dir);
     (c, dir)
-}
-
-/// What the Go plugin's `cmdDel` does with its cache file `cache` for the DEL of
-/// `f`'s attachment in `pod` (stdin `conf`), on the emulated host, with the IPAM plugins
-/// of `cni_dir` (then Debian's) on its `CNI_PATH`. The VF GUID and link
-/// state are set through the MLNX_OFED sysfs files the emulated PF has (Go sets them
-/// with PF netlink; the effect on the VF is the same), the rebind through the driver's
-/// `unbind`/`bind` files.
-fn go_del(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path) {
-    go_del_with(lab, f, pod, conf, cache, Path::new(DEBIAN_CNI))
-}
-
-fn go_del_with(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path, cni_dir: &Path) {
-    let c: Value = serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
-    // IPAM first, with the DEL call's own stdin (the cache keeps only ipam.type): the
-    // plugin of that name on CNI_PATH, as `ipam.ExecDel` finds it.
-    if let Some(t) = c["ipam"]["type"].as_str().filter(|t| !t.is_empty()) {
-        let mut ipam_conf = conf.clone();
-        ipam_conf.as_object_mut().unwrap().remove("stateDir");
-        let bin = [cni_dir, Path::new(DEBIAN_CNI)]
-            .iter()
-            .map(|d| d.join(t))
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("no IPAM plugin {t} on CNI_PATH"));
-        let out = lab.host.run_plugin(
-            &bin,
-            "DEL",
-            f["containerID"].as_str().unwrap(),
-            pod.netns(),
-            "net1",
-            &ipam_conf.to_string(),
-            &[("CNI_PATH", DEBIAN_CNI)],
-        );
-        assert!(out.status.success(), "{t} DEL: {out:?}");
-    }
-    if pod.exists() {
-        let vfio = c["vfioPciMode"] == true;
-        let vf: u32 = c["VFID"].as_u64().unwrap() as u32;
-        let emu = lab.host.vf(vf);
-        // ReleaseVF: down, renamed to HostIFNames, moved to the host netns.
-        if !vfio {
-            let host = c["HostIFNames"].as_str().unwrap();
-            for args in [
-                vec!["ip", "link", "set", "net1", "down"],
-                vec!["ip", "link", "set", "net1", "name", host],
-            ] {
-                assert!(pod.exec(&args).status.success(), "{args:?}");
-            }
-            let to = lab.host.host_netns();
-            assert!(pod
-                .exec(&["ip", "link", "set", host, "netns", to])
-                .status
-                .success());
-        }
-        // ResetVFConfig: the GUID ADD was given back as HostIFGUID (all-zero read as
-        // all-ones), node and port, then the rebind (not in vfio mode); link state auto.
-        if let Some(g) = c["HostIFGUID"].as_str().filter(|g| !g.is_empty()) {
-            let g = g.to_lowercase();
-            let g = if g == "00:00:00:00:00:00:00:00" {
-                "ff:ff:ff:ff:ff:ff:ff:ff".to_string()
-            } else {
-                g
-            };
-            std::fs::write(emu.ofed_node().unwrap(), format!("{g}\n")).unwrap();
-            std::fs::write(emu.ofed_port().unwrap(), format!("{g}\n")).unwrap();
-            if !vfio {
-                let drivers = lab.host.root().join("bus/pci/drivers/mlx5_core");
-                std::fs::write(drivers.join("unbind"), &emu.addr).unwrap();
-                std::fs::write(drivers.join("bind"), &emu.addr).unwrap();
-            }
-        }
-        if c["link_state"].as_str().is_some_and(|s| !s.is_empty()) {
-            std::fs::write(emu.ofed_policy().unwrap(), "Follow\n").unwrap();
-        }
-    }
-    std::fs::remove_file(cache).unwrap();
 }
 
 /// The fixture's cache file, and ours with its marker (the last key) cut off.

@@ -10,56 +10,10 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::emuhost::{EmuOptions, HostSnapshot};
 use common::gofix::*;
 use common::lab::{list, Lab};
-use serde_json::{json, Value};
-
-/// What the Go ADD leaves for a VF with a netdev: GUID (both) and link state set, the
-/// netdev in the pod as net1, up, with host-local's address and the configured routes
-/// (allocated by running host-local itself, keyed by the pod's container ID).
-fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
-    let vf = lab.host.vf(f["vf"].as_u64().unwrap() as u32);
-    let stdin = &f["stdin"];
-    if let Some(g) = stdin["runtimeConfig"]["infinibandGUID"].as_str() {
-        write(vf.ofed_node(), g);
-        write(vf.ofed_port(), g);
-    }
-    if stdin.get("link_state").is_some() {
-        write(vf.ofed_policy(), "Up");
-    }
-    if vf.is_vfio() {
-        return;
-    }
-    let dev = vf.netdev.as_ref().unwrap();
-    lab.host.host_ip(&["link", "set", dev, "down"]);
-    lab.host
-        .host_ip(&["link", "set", dev, "netns", pod.netns(), "name", "net1"]);
-    assert!(pod
-        .exec(&["ip", "link", "set", "net1", "up"])
-        .status
-        .success());
-    // host-local's ADD, as ipam.ExecAdd ran it, then ConfigureIface's address and routes.
-    let cid = f["containerID"].as_str().unwrap();
-    let addr = host_local_add(&lab.host, cid, pod.netns(), conf);
-    assert!(pod
-        .exec(&["ip", "addr", "add", &addr, "dev", "net1"])
-        .status
-        .success());
-    assert!(pod
-        .exec(&[
-            "ip",
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.56.217.1",
-            "dev",
-            "net1"
-        ])
-        .status
-        .success());
-}
+use serde_json::json;
 
 /// Runs one fixture: Go's ADD state, CHECK, GC and STATUS tolerate it, DEL restores as
 /// Go's DEL, a second DEL changes nothing. `expect` adjusts the pre-ADD snapshot to

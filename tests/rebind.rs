@@ -145,3 +145,135 @@ fn rdma_name_changed_by_the_rebind_is_an_error() {
     assert!(lab.journals().is_empty(), "{:?}", lab.journals());
     assert_eq!(lab.host.snapshot(), before);
 }
+
+/// A process holding the Go ib-sriov-cni's node lock (a shell that opens the file, takes
+/// `flock(2)` `LOCK_EX` on it with flock(1) and execs `sleep`, keeping the descriptor, as
+/// a Go call in flight holds `/var/run/cni/ib-sriov/cni.lock`): held once this returns,
+/// released when dropped (the one process is killed; the kernel drops its flock).
+struct GoCall(std::process::Child);
+
+impl GoCall {
+    fn hold(path: &std::path::Path) -> GoCall {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exec 9>\"$0\" && flock -x 9 && exec sleep 600"])
+            .arg(path)
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !GoCall::held(path) {
+            assert!(t.elapsed().as_secs() < 10, "flock never took {path:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        GoCall(child)
+    }
+
+    /// True when another process holds the lock (a try by this one fails).
+    fn held(path: &std::path::Path) -> bool {
+        matches!(
+            ib_sriov_cni::fsutil::lock_with_timeout(path, std::time::Duration::ZERO),
+            Err(ib_sriov_cni::fsutil::LockError::Timeout(..))
+        )
+    }
+}
+
+impl Drop for GoCall {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The interop lock (issue 39 item 4): while a Go call holds the Go plugin's node lock,
+/// an ADD that must rebind waits before its rebind window (no GUID write, no unbind),
+/// and goes on when the lock is released; held past `lockTimeoutMs`, ADD answers code
+/// 11 naming the lock and leaves the host as it was; a DEL that must rebind (the GUID
+/// restore) keeps its journal with code 11 the same way, and its retry restores the
+/// host. While our rebind turn is open, the lock is ours (a Go call would wait).
+#[test]
+fn a_go_call_holding_its_node_lock_holds_our_rebinds_off() {
+    let lab = Lab::default();
+    let vf = lab.host.vf(1).clone();
+    let go_lock = lab.host.go_lock_path();
+    let before = lab.host.snapshot();
+    let node_guid = lab.read(vf.ofed_node());
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.0.0", 1);
+    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:ee:01");
+    let unbinds = || lab.driver_file("mlx5_core", "unbind");
+
+    // Waits while held; goes on when released. The fail point holds the window open
+    // so the test can see the lock is ours during it.
+    let go = GoCall::hold(&go_lock);
+    let child = lab.host.spawn_plugin(
+        bin(),
+        "ADD",
+        "gl",
+        pod.netns(),
+        "net1",
+        &conf.to_string(),
+        &[("IB_SRIOV_FAILPOINTS", "add.rebind.bound=sleep1500")],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(unbinds(), "", "no rebind while the Go call holds the lock");
+    assert_eq!(lab.read(vf.ofed_node()), node_guid, "no GUID write either");
+    assert!(pod.links() == vec!["lo"]);
+    let released = std::time::Instant::now();
+    drop(go);
+    let t = std::time::Instant::now();
+    while unbinds().is_empty() {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "ADD never rebound after the release"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        GoCall::held(&go_lock),
+        "our rebind window holds the Go lock"
+    );
+    Run::from(child.wait_with_output().unwrap()).expect_ok();
+    assert!(released.elapsed().as_secs() < 10);
+    assert_eq!(unbinds(), vf.addr);
+    assert!(!GoCall::held(&go_lock), "released when the window ends");
+    assert_eq!(pod.links(), vec!["lo", "net1"]);
+
+    // DEL must rebind to restore the GUID: held past its lockTimeoutMs, code 11 with
+    // the journal kept, nothing undone that needs the rebind; the retry restores.
+    let mut quick = conf.clone();
+    quick["lockTimeoutMs"] = json!(700);
+    std::fs::write(lab.host.root().join("bus/pci/drivers/mlx5_core/unbind"), "").unwrap();
+    let go = GoCall::hold(&go_lock);
+    let t = std::time::Instant::now();
+    let e = lab.del("gl", pod.netns(), &quick).expect_code(11);
+    let took = t.elapsed();
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("Go ib-sriov-cni's node lock") && msg.contains(&*go_lock.to_string_lossy()),
+        "{msg}"
+    );
+    assert!(took.as_millis() >= 700 && took.as_secs() < 10, "{took:?}");
+    assert_eq!(unbinds(), "");
+    assert_eq!(lab.journals().len(), 1, "the journal is kept for the retry");
+    drop(go);
+    lab.del("gl", pod.netns(), &quick).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert_eq!(unbinds(), vf.addr);
+
+    // ADD with the lock held past lockTimeoutMs: code 11 naming it, rolled back.
+    std::fs::write(lab.host.root().join("bus/pci/drivers/mlx5_core/unbind"), "").unwrap();
+    let _go = GoCall::hold(&go_lock);
+    let t = std::time::Instant::now();
+    let e = lab.add("gl2", &pod, &quick).expect_code(11);
+    let took = t.elapsed();
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("Go ib-sriov-cni's node lock") && msg.contains("still held"),
+        "{msg}"
+    );
+    assert!(took.as_millis() >= 700 && took.as_secs() < 10, "{took:?}");
+    assert_eq!(unbinds(), "");
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+    assert_eq!(lab.host.snapshot(), before);
+}

@@ -491,3 +491,47 @@ fn an_entry_is_never_visible_unlocked() {
     assert_eq!(*seen_unlocked.lock().unwrap(), Vec::<String>::new());
     assert!(q.entries().unwrap().is_empty());
 }
+
+/// The Go ib-sriov-cni's node lock (issue 39 item 4), on a queue made `with_go_lock`:
+/// held by a Go call, it stops the first of the queue (code 11 after `lockTimeoutMs`,
+/// naming the file, the entry removed); released while waited for, the turn begins; a
+/// turn holds it (a Go call cannot take it meanwhile) and releases it when it ends. Its
+/// missing directory is created mode 0700, as the Go plugin creates it.
+#[test]
+fn the_go_plugins_node_lock_excludes_and_is_excluded() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = queue();
+    let go = t.dir.path().join("run/cni/ib-sriov/cni.lock");
+    let q = &t.q.clone().with_go_lock(&go);
+    drop(q.enter(&patient()).unwrap());
+    let mode = fs::metadata(go.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let call = lock_with_timeout(&go, Duration::from_millis(10)).unwrap();
+    let t0 = Instant::now();
+    let e = CniError::from(q.enter(&limits(300, 60)).unwrap_err());
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    assert_eq!(e.code, code::TRY_AGAIN_LATER);
+    assert!(e.msg.contains(&go.display().to_string()), "{}", e.msg);
+    assert!(e.msg.contains("Go ib-sriov-cni"), "{}", e.msg);
+    assert!(q.entries().unwrap().is_empty());
+    // The older binaries' lock is not kept while the Go lock is refused.
+    drop(lock_with_timeout(&t.legacy, Duration::from_millis(10)).unwrap());
+    std::thread::scope(|s| {
+        let w = s.spawn(|| q.enter(&patient()));
+        wait_until(10, "the waiter's entry", || len(q) == 1);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!w.is_finished());
+        drop(call);
+        drop(w.join().unwrap().unwrap());
+    });
+    let turn = q.enter(&patient()).unwrap();
+    assert!(matches!(
+        lock_with_timeout(&go, Duration::from_millis(100)),
+        Err(LockError::Timeout(..))
+    ));
+    drop(turn);
+    drop(lock_with_timeout(&go, Duration::from_millis(10)).unwrap());
+}

@@ -39,6 +39,22 @@
 //! - log lines go to stderr (upstream prints them on stdout);
 //! - SIGTERM and SIGINT are blocked from the start and taken with sigwait, so a signal
 //!   that arrives during the copy lets the copy finish (upstream dies mid-copy).
+//!
+//! Flags of its own (upstream has neither):
+//! - `-keep-installed`: instead of sleeping idle, check the installed copies every
+//!   `-recheck-interval` (default 10s; Go duration syntax: `500ms`, `10s`, `1m`) and
+//!   install them again when another installer replaced them. This is the per-node
+//!   canary under the SR-IOV network operator (conf/ib-sriov-canary-daemonset.yaml,
+//!   docs/upgrading.md "A per-node canary under the SR-IOV network operator"): the
+//!   operator's config daemon re-runs the Go image's entrypoint (`--no-sleep`) in an
+//!   init container whenever its pod starts, and that copy replaces ours. A copy is
+//!   ours by content, not name: each check compares the file's identity
+//!   (`st_dev`, `st_ino`, size, `mtime`, mode, from `lstat(2)`) with what the last
+//!   install left, and only when it changed hashes the file (SHA-256) against the
+//!   source; a different hash, a missing file or one that is not a regular file is
+//!   re-installed (the same atomic, VERSION-checked install) and logged, with both
+//!   hashes and a count. A failed re-install is logged and tried again at the next
+//!   check. Not with `-no-sleep`.
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
@@ -63,6 +79,8 @@ const DEST_NAME: &str = "ib-sriov";
 const IPAM_DEST_NAME: &str = "ib-sriov-ipam";
 /// Mode of the installed plugin.
 const DEST_MODE: u32 = 0o755;
+/// Default of `-recheck-interval`.
+const DEFAULT_RECHECK: Duration = Duration::from_secs(10);
 /// How long the installed copy may take to answer `CNI_COMMAND=VERSION`.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the VERSION check sends on stdin (SPEC.md "VERSION": the config carries only
@@ -78,8 +96,12 @@ Usage:
     \tCNI binary directory (default \"/host/opt/cni/bin\")
   -ib-sriov-cni-bin-file string
     \tInfiniBand SR-IOV CNI binary file path (default \"/usr/bin/ib-sriov\")
+  -keep-installed
+    \tWhile sleeping, re-install the binary when another installer replaced it
   -no-sleep
     \tExit after copying binary instead of sleeping
+  -recheck-interval duration
+    \tHow often -keep-installed checks the installed binary (default 10s)
 ";
 
 /// The parsed command line.
@@ -88,6 +110,10 @@ struct Options {
     cni_bin_dir: PathBuf,
     bin_file: PathBuf,
     no_sleep: bool,
+    /// `-keep-installed`: re-install when another installer replaced the copies.
+    keep_installed: bool,
+    /// `-recheck-interval`: how often `-keep-installed` looks.
+    recheck: Duration,
     /// Arguments after the flags: ignored, as upstream ignores them.
     rest: Vec<OsString>,
 }
@@ -98,6 +124,8 @@ impl Default for Options {
             cni_bin_dir: PathBuf::from(DEFAULT_CNI_BIN_DIR),
             bin_file: PathBuf::from(DEFAULT_BIN_FILE),
             no_sleep: false,
+            keep_installed: false,
+            recheck: DEFAULT_RECHECK,
             rest: Vec::new(),
         }
     }
@@ -141,8 +169,8 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String
         };
         let shown = String::from_utf8_lossy(name);
         match name {
-            b"no-sleep" => {
-                opts.no_sleep = match value {
+            b"no-sleep" | b"keep-installed" => {
+                let on = match value {
                     None => true,
                     Some(v) => parse_go_bool(v).ok_or_else(|| {
                         format!(
@@ -150,7 +178,27 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String
                             v.to_string_lossy()
                         )
                     })?,
+                };
+                match name {
+                    b"no-sleep" => opts.no_sleep = on,
+                    _ => opts.keep_installed = on,
                 }
+            }
+            b"recheck-interval" => {
+                let v = match value {
+                    Some(v) => v.to_os_string(),
+                    None => args
+                        .next()
+                        .ok_or_else(|| format!("flag needs an argument: -{shown}"))?,
+                };
+                opts.recheck = parse_go_duration(&v)
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value {:?} for flag -{shown}: parse error",
+                            v.to_string_lossy()
+                        )
+                    })?;
             }
             b"cni-bin-dir" | b"ib-sriov-cni-bin-file" => {
                 let v = match value {
@@ -170,7 +218,28 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String
         }
     }
     opts.rest.extend(args);
+    if opts.keep_installed && opts.no_sleep {
+        return Err("-keep-installed needs the sleep: it cannot be used with -no-sleep".into());
+    }
     Ok(Parsed::Run(opts))
+}
+
+/// A positive duration in the subset of Go's `time.ParseDuration` syntax a check
+/// interval needs: a decimal number (fraction allowed) and one unit of `ms`, `s`, `m`,
+/// `h` (`500ms`, `10s`, `1.5m`). `None` for anything else.
+fn parse_go_duration(v: &OsStr) -> Option<Duration> {
+    let s = v.to_str()?;
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// Go's `strconv.ParseBool`: the spellings a Go boolean flag accepts.
@@ -340,12 +409,129 @@ fn check_version(bin: &Path, argv0: Option<&str>, timeout: Duration) -> Result<V
         .collect())
 }
 
+/// The installed names, with what each is for the log.
+const INSTALLED: [(&str, &str); 2] = [
+    (DEST_NAME, "IB SR-IOV CNI binary"),
+    (IPAM_DEST_NAME, "its IPAM plugin"),
+];
+
 /// Checks, installs and verifies, as upstream's `verifyPaths` then `copyBinary`; then
 /// installs the same source as [`IPAM_DEST_NAME`] (see the module's documentation).
 fn install(opts: &Options) -> Result<()> {
     verify_paths(&opts.cni_bin_dir, &opts.bin_file)?;
-    install_one(opts, DEST_NAME, "IB SR-IOV CNI binary")?;
-    install_one(opts, IPAM_DEST_NAME, "its IPAM plugin")
+    for (name, what) in INSTALLED {
+        install_one(opts, name, what)?;
+    }
+    Ok(())
+}
+
+/// The identity of an installed file as `lstat(2)` shows it: `(st_dev, st_ino, size,
+/// mtime in ns, mode)`. `None` when it is missing or not a regular file.
+type Stamp = (u64, u64, u64, i128, u32);
+
+fn stamp(p: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(p).ok().filter(|m| m.is_file())?;
+    let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+    Some((m.dev(), m.ino(), m.size(), mtime, m.mode()))
+}
+
+/// SHA-256 of a file's content, in hex (at most 1 GiB read).
+fn sha256_of(p: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut f = File::open(p).with_context(|| format!("cannot open {p:?}"))?;
+    let mut h = Sha256::new();
+    io::copy(&mut (&mut f).take(1 << 30), &mut h).with_context(|| format!("cannot read {p:?}"))?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `-keep-installed`: what this process installed, to tell its copies from another
+/// installer's (see the module's documentation).
+struct Keeper {
+    /// SHA-256 of the source, read once (the image's file does not change).
+    ours: String,
+    /// Each installed name's identity as the last install (or check) left it.
+    stamps: Vec<Option<Stamp>>,
+    /// Re-installs so far.
+    reinstalls: u64,
+}
+
+impl Keeper {
+    /// After the first install: the source's hash and the copies' identities.
+    fn new(opts: &Options) -> Result<Keeper> {
+        Ok(Keeper {
+            ours: sha256_of(&opts.bin_file)?,
+            stamps: INSTALLED
+                .iter()
+                .map(|(n, _)| stamp(&opts.cni_bin_dir.join(n)))
+                .collect(),
+            reinstalls: 0,
+        })
+    }
+
+    /// One check of every installed name: unchanged identity, nothing to do; changed
+    /// but the same content (touched, or copied again by another instance of this
+    /// image), the new identity is recorded; else it is installed again. Logs each
+    /// finding; a failed re-install is logged and left for the next check.
+    fn check(&mut self, opts: &Options) {
+        for (i, (name, what)) in INSTALLED.into_iter().enumerate() {
+            let dst = opts.cni_bin_dir.join(name);
+            let now = stamp(&dst);
+            if now.is_some() && now == self.stamps[i] {
+                continue;
+            }
+            let found = match now {
+                None if fs::symlink_metadata(&dst).is_ok() => "is not a regular file".into(),
+                None => "is missing".to_string(),
+                Some(_) => match sha256_of(&dst) {
+                    Ok(h) if h == self.ours => {
+                        eprintln!("{dst:?} changed identity but holds this image's binary (sha256 {}): kept", &h[..16]);
+                        self.stamps[i] = now;
+                        continue;
+                    }
+                    Ok(h) => format!(
+                        "was replaced by another binary (sha256 {}, this image's is {})",
+                        &h[..16],
+                        &self.ours[..16]
+                    ),
+                    Err(e) => format!("cannot be read ({e:#})"),
+                },
+            };
+            self.reinstalls += 1;
+            eprintln!(
+                "Re-installing {dst:?} (re-install #{}): it {found}",
+                self.reinstalls
+            );
+            match install_one(opts, name, what) {
+                Ok(()) => self.stamps[i] = stamp(&dst),
+                Err(e) => eprintln!(
+                    "Error: re-installing {dst:?}: {e:#}; trying again in {:?}",
+                    opts.recheck
+                ),
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for one of the blocked `signals` (`sigtimedwait(2)`):
+/// `Some(signal)`, or `None` when the time ran out.
+fn wait_signal(signals: &SigSet, timeout: Duration) -> Result<Option<Signal>> {
+    let ts = nix::libc::timespec {
+        tv_sec: timeout.as_secs() as nix::libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as nix::libc::c_long,
+    };
+    loop {
+        // SAFETY: the set and the timespec outlive the call; no siginfo is asked for.
+        let r = unsafe { nix::libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &ts) };
+        if r >= 0 {
+            return Ok(Signal::try_from(r).ok());
+        }
+        match nix::errno::Errno::last() {
+            nix::errno::Errno::EAGAIN => return Ok(None),
+            nix::errno::Errno::EINTR => continue,
+            e => return Err(e).context("sigtimedwait"),
+        }
+    }
 }
 
 /// Installs `opts.bin_file` as `<cni_bin_dir>/<name>`, checked with VERSION under
@@ -369,6 +555,40 @@ fn install_one(opts: &Options, name: &str, what: &str) -> Result<()> {
         versions.join(", ")
     );
     Ok(())
+}
+
+/// The sleep of `-keep-installed`: a check every `-recheck-interval` until SIGTERM or
+/// SIGINT (exit 0).
+fn keep_installed(opts: &Options, signals: &SigSet) -> ExitCode {
+    let mut keeper = match Keeper::new(opts) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "Keeping {:?} installed: checking every {:?} (sha256 {})",
+        opts.cni_bin_dir.join(DEST_NAME),
+        opts.recheck,
+        &keeper.ours[..16]
+    );
+    loop {
+        match wait_signal(signals, opts.recheck) {
+            Ok(None) => keeper.check(opts),
+            Ok(Some(sig)) => {
+                eprintln!(
+                    "Received signal {sig}, exiting... ({} re-install(s))",
+                    keeper.reinstalls
+                );
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("Error: waiting for SIGTERM or SIGINT: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -406,6 +626,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("Entering sleep... (success)");
+    if opts.keep_installed {
+        return keep_installed(&opts, &signals);
+    }
     match signals.wait() {
         Ok(sig) => {
             eprintln!("Received signal {sig}, exiting...");
@@ -428,6 +651,9 @@ mod tests {
     /// test thread while a script is open for writing would make its exec fail with
     /// ETXTBSY.
     static EXEC: Mutex<()> = Mutex::new(());
+
+    /// A plugin that answers VERSION.
+    const VERSION_SCRIPT: &str = r#"echo '{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}'"#;
 
     fn parse(args: &[&str]) -> Result<Parsed, String> {
         parse_args(args.iter().map(OsString::from))
@@ -745,5 +971,86 @@ echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         );
         assert!(e.contains("no answer within 300ms"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn keep_installed_and_its_interval() {
+        let o = run(&[]);
+        assert!(!o.keep_installed);
+        assert_eq!(o.recheck, Duration::from_secs(10));
+        let o = run(&["-keep-installed", "--recheck-interval", "500ms"]);
+        assert!(o.keep_installed);
+        assert_eq!(o.recheck, Duration::from_millis(500));
+        for (v, want) in [
+            ("2s", 2_000),
+            ("1.5m", 90_000),
+            ("0.25s", 250),
+            ("1h", 3_600_000),
+        ] {
+            let o = run(&[&format!("-recheck-interval={v}")]);
+            assert_eq!(o.recheck, Duration::from_millis(want), "{v}");
+        }
+        assert!(!run(&["-keep-installed=false"]).keep_installed);
+        for bad in ["10", "0s", "-1s", "s", "1d", "1.2.3s", ""] {
+            assert_eq!(
+                parse(&[&format!("-recheck-interval={bad}")]),
+                Err(format!(
+                    "invalid value {bad:?} for flag -recheck-interval: parse error"
+                )),
+                "{bad}"
+            );
+        }
+        assert!(parse(&["-keep-installed", "-no-sleep"])
+            .unwrap_err()
+            .contains("cannot be used with -no-sleep"));
+    }
+
+    /// The keeper's check: an untouched copy is left alone; a copy replaced by other
+    /// content (by rename, as an installer does, or rewritten in place) or removed is
+    /// installed again and counted; a new identity with this image's content (a copy
+    /// of the same image) is only recorded.
+    #[test]
+    fn the_keeper_reinstalls_other_content_only() {
+        let _g = EXEC.lock().unwrap_or_else(|e| e.into_inner());
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("bin");
+        fs::create_dir(&dir).unwrap();
+        let src = script(d.path(), "ours", VERSION_SCRIPT);
+        let opts = Options {
+            cni_bin_dir: dir.clone(),
+            bin_file: src.clone(),
+            ..Options::default()
+        };
+        install(&opts).unwrap();
+        let mut k = Keeper::new(&opts).unwrap();
+        k.check(&opts);
+        assert_eq!(k.reinstalls, 0);
+        let dst = dir.join(DEST_NAME);
+        let go = script(d.path(), "go", "echo go plugin");
+        fs::copy(&go, dir.join("x.tmp")).unwrap();
+        fs::rename(dir.join("x.tmp"), &dst).unwrap();
+        k.check(&opts);
+        assert_eq!(k.reinstalls, 1);
+        assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+        fs::write(&dst, "#!/bin/sh\necho rewritten in place\n").unwrap();
+        fs::remove_file(dir.join(IPAM_DEST_NAME)).unwrap();
+        k.check(&opts);
+        assert_eq!(k.reinstalls, 3);
+        for n in [DEST_NAME, IPAM_DEST_NAME] {
+            assert_eq!(
+                fs::read(dir.join(n)).unwrap(),
+                fs::read(&src).unwrap(),
+                "{n}"
+            );
+        }
+        fs::copy(&src, dir.join("y.tmp")).unwrap();
+        fs::rename(dir.join("y.tmp"), &dst).unwrap();
+        k.check(&opts);
+        assert_eq!(
+            k.reinstalls, 3,
+            "the same content under a new inode is kept"
+        );
+        k.check(&opts);
+        assert_eq!(k.reinstalls, 3);
     }
 }

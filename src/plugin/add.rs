@@ -364,6 +364,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     };
 
     log::error!("ADD failed: {e}; rolling back");
+    // From here the waits get what is left of ADD's whole bound (ADD_BUDGET).
+    ctx.rolling_back.set(true);
     let errs = steps::undo(ctx, &host, &j, &PodNs::Live(pod), begun, true);
     if errs.is_empty() {
         if let Err(re) = ctx

@@ -31,19 +31,53 @@ use std::time::{Duration, Instant};
 /// How long to wait for a VF netdev to reappear after a driver rebind.
 pub const NETDEV_WAIT: Duration = Duration::from_secs(10);
 
-/// The time bound of ADD (and CHECK, GC), measured from the start of the process (of the call of
-/// [`run_with`] when the library runs in-process): the verb begins no driver rebind
-/// that could end past it. kubelet gives the runtime 2 min for `StopPodSandbox` (where
-/// DEL runs) and 4 min for `RunPodSandbox` (ADD) (`--runtime-request-timeout`, default
-/// 2 min, doubled for `RunPodSandbox`: `remoteRuntimeService` in kubelet's CRI client);
-/// a runtime that runs the plugin under that request's context has it SIGKILLed then
-/// (libcni's `RawExec` uses `exec.CommandContext`), which in the middle of an unbind and
-/// bind can leave the VF without a driver. 80 s leaves room for what follows the last
-/// rebind (the IPAM lock, bounded by `lockTimeoutMs`, and ADD's IPv6 DAD wait, 10 s), so
-/// that ADD ends within 2 min with the default `lockTimeoutMs` (docs/operations.md
-/// "Failures and what the plugin does", the worst-case rows). DEL has its own, shorter
-/// bound, [`DEL_BUDGET`].
+/// The rebind bound of ADD (and CHECK, GC), measured from the start of the process (of
+/// the call of [`run_with`] when the library runs in-process): the verb begins no
+/// driver rebind of its forward steps later than this minus [`REBIND_RESERVE`] (60 s),
+/// so a rebind never ends past 80 s. kubelet gives the runtime 2 min for
+/// `StopPodSandbox` (where DEL runs) and 4 min for `RunPodSandbox` (ADD)
+/// (`--runtime-request-timeout`, default 2 min, doubled for `RunPodSandbox`:
+/// `remoteRuntimeService` in kubelet's CRI client); a runtime that runs the plugin
+/// under that request's context has it SIGKILLed then (libcni's `RawExec` uses
+/// `exec.CommandContext`), which in the middle of an unbind and bind can leave the VF
+/// without a driver. ADD's whole bound, rollback included, is [`ADD_BUDGET`]; DEL has
+/// its own, shorter bound, [`DEL_BUDGET`].
 pub const VERB_BUDGET: Duration = Duration::from_secs(80);
+
+/// ADD's time bound: an ADD ends, or fails with its rollback done, within 220 s of its
+/// start (measured like [`VERB_BUDGET`]), whatever a delegated IPAM plugin does, under
+/// kubelet's 4 min (240 s) for `RunPodSandbox`. ADD is deadline-driven:
+/// - its forward steps end their waits (the VF lock, the built-in IPAM's lock, the
+///   delegated IPAM's ADD) by [`add_forward_deadline`] (150 s: this minus
+///   [`ROLLBACK_RESERVE`] and [`CLEANUP_RESERVE`]); their rebinds begin by 60 s
+///   ([`VERB_BUDGET`]); what follows the IPAM is the IPv6 DAD wait (10 s at most);
+/// - the delegated IPAM's DEL after its failed or killed ADD gets what is left before
+///   this minus [`ROLLBACK_RESERVE`] (at least [`CLEANUP_RESERVE`]);
+/// - the rollback's waits get what is left of this, and its rebind turns begin by this
+///   minus [`REBIND_RESERVE`]; its own IPAM release (a delegate's DEL, after the host
+///   side is undone) is killed when this ends, leaving the journal to DEL.
+///
+/// Every delegate call is also capped at [`crate::cni::exec::DELEGATE_TIMEOUT`] (120
+/// s). What the plugin cannot bound: the kernel's own unbind/bind past
+/// [`DRIVER_REBIND_ALLOWANCE`].
+pub const ADD_BUDGET: Duration = Duration::from_secs(220);
+
+/// What ADD keeps at the end of [`ADD_BUDGET`] for the host side of a rollback, after
+/// every delegate call: a rebind window ([`REBIND_RESERVE`], 20 s) and 20 s for its
+/// turn, the moves back and the link state.
+pub const ROLLBACK_RESERVE: Duration = Duration::from_secs(40);
+
+/// What ADD keeps, before [`ROLLBACK_RESERVE`], for the delegated IPAM's DEL that
+/// cleans up after a failed or killed delegate ADD: 30 s (whereabouts and nv-ipam
+/// answer in well under a second when their API server does).
+pub const CLEANUP_RESERVE: Duration = Duration::from_secs(30);
+
+/// The instant by which ADD's forward steps end their waits, for an ADD that started
+/// at `started`: [`ADD_BUDGET`] minus [`ROLLBACK_RESERVE`] and [`CLEANUP_RESERVE`]
+/// after it (150 s).
+pub fn add_forward_deadline(started: Instant) -> Instant {
+    started + (ADD_BUDGET - ROLLBACK_RESERVE - CLEANUP_RESERVE)
+}
 
 /// DEL's time bound, measured like [`VERB_BUDGET`]: every wait of a DEL (the VF lock,
 /// the netdev's return from a deleted pod netns, the rebind queue, the IPAM lock, a
@@ -82,6 +116,10 @@ pub struct Ctx<'a> {
     /// When the verb started: the process start ([`crate::cli::process_start`]), else
     /// the call of [`run_with`]. [`VERB_BUDGET`] counts from here.
     pub started: Instant,
+    /// Set by ADD when it begins its rollback: from then on its waits are cut to
+    /// [`ADD_BUDGET`] rather than [`add_forward_deadline`], and its rebind turns may
+    /// begin up to [`REBIND_RESERVE`] before [`ADD_BUDGET`] ends.
+    pub rolling_back: std::cell::Cell<bool>,
 }
 
 /// The IPAM chosen by `ipam.type`.
@@ -137,11 +175,39 @@ impl Ctx<'_> {
     }
 
     /// Runs the delegated IPAM plugin with `command`, this invocation's environment and
-    /// the network configuration as received (SPEC.md "Plugin Delegation").
+    /// the network configuration as received (SPEC.md "Plugin Delegation"), killing it
+    /// after [`crate::cni::exec::DELEGATE_TIMEOUT`] cut to what is left of the verb's
+    /// bound ([`Ctx::bounded`]).
+    ///
+    /// Errors: the delegate's; code 11 when it was killed, or when no time is left.
     pub fn delegate(&self, d: &Delegate, command: Command) -> Result<Option<Value>, CniError> {
+        self.delegate_within(d, command, self.bounded(crate::cni::exec::DELEGATE_TIMEOUT))
+    }
+
+    /// [`Ctx::delegate`] with `limit` instead; not started when `limit` is zero (code
+    /// 11, naming the verb's bound).
+    pub fn delegate_within(
+        &self,
+        d: &Delegate,
+        command: Command,
+        limit: Duration,
+    ) -> Result<Option<Value>, CniError> {
+        if limit.is_zero() {
+            return Err(CniError::try_later(format!(
+                "ipam plugin {} {} not started: no time is left{}",
+                d.plugin_type,
+                command.as_str(),
+                self.bound_note(limit)
+            )));
+        }
         let stdin = serde_json::to_vec(&self.conf.raw)
             .map_err(|e| CniError::internal(format!("encoding the config: {e}")))?;
-        d.run(command, self.env, &stdin)
+        d.run_within(command, self.env, &stdin, limit)
+    }
+
+    /// What is left until `at` (zero once it passed).
+    pub fn left_until(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(Instant::now())
     }
 
     /// Takes this process's turn in the node's rebind queue
@@ -159,21 +225,50 @@ impl Ctx<'_> {
     /// ends, or when an older binary holds the node-wide lock for `lockTimeoutMs`.
     /// Errors: code 11 as above, code 5 on I/O.
     pub fn lock_rebind(&self) -> Result<RebindTurn, CniError> {
-        let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path());
-        let budget = self.budget();
+        let queue = RebindQueue::new(self.store.rebind_queue_dir(), self.store.rebind_lock_path())
+            .with_go_lock(crate::gocache::go_lock_path());
+        let (budget, why) = self.rebind_budget();
         let limits = Limits {
             no_progress: self.conf.lock_timeout,
             begin_by: self.started + (budget - REBIND_RESERVE),
         };
         queue.enter(&limits).map_err(|e| match e {
             QueueError::TimeBound { .. } => CniError::try_later(format!(
-                "{} keeps within {} s of its start (kubelet's runtime request timeout is 2 min), so a VF rebind must begin within {} s of it: {e}",
+                "{} keeps {why}, so a VF rebind must begin within {} s of it: {e}",
                 self.env.command.as_str(),
-                budget.as_secs(),
                 (budget - REBIND_RESERVE).as_secs()
             )),
             e => e.into(),
         })
+    }
+
+    /// By when after the verb's start a rebind window must end, and why, for messages:
+    /// [`DEL_BUDGET`] for DEL, [`ADD_BUDGET`] for ADD's rollback, [`VERB_BUDGET`]
+    /// otherwise.
+    fn rebind_budget(&self) -> (Duration, String) {
+        match self.env.command {
+            Command::Del => (
+                DEL_BUDGET,
+                format!(
+                    "within {} s of its start (kubelet's runtime request timeout is 2 min)",
+                    DEL_BUDGET.as_secs()
+                ),
+            ),
+            Command::Add if self.rolling_back.get() => (
+                ADD_BUDGET,
+                format!(
+                    "its rollback within {} s of its start (kubelet's RunPodSandbox timeout is 4 min)",
+                    ADD_BUDGET.as_secs()
+                ),
+            ),
+            _ => (
+                VERB_BUDGET,
+                format!(
+                    "its VF rebinds within {} s of its start, leaving room for its IPAM and a rollback",
+                    VERB_BUDGET.as_secs()
+                ),
+            ),
+        }
     }
 
     /// Takes the per-VF lock (`<stateDir>/locks/<BDF>.lock`), bounded by `lockTimeoutMs`.
@@ -189,35 +284,44 @@ impl Ctx<'_> {
         })
     }
 
-    /// The verb's time bound: [`DEL_BUDGET`] for DEL, [`VERB_BUDGET`] otherwise.
-    pub fn budget(&self) -> Duration {
-        if self.env.command == crate::cni::Command::Del {
-            DEL_BUDGET
-        } else {
-            VERB_BUDGET
+    /// The instant by which the verb's current waits must end: [`DEL_BUDGET`] after
+    /// the start for DEL; for ADD [`add_forward_deadline`], or [`ADD_BUDGET`] after the
+    /// start once it is rolling back; none for the other verbs.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.env.command {
+            Command::Del => Some(self.started + DEL_BUDGET),
+            Command::Add if self.rolling_back.get() => Some(self.started + ADD_BUDGET),
+            Command::Add => Some(add_forward_deadline(self.started)),
+            _ => None,
         }
     }
 
-    /// A wait of up to `want`, cut to what is left of DEL's [`DEL_BUDGET`] (zero once it
-    /// is spent); `want` unchanged for the other verbs.
+    /// A wait of up to `want`, cut to what is left until [`Ctx::deadline`] (zero once
+    /// it passed); `want` unchanged for verbs without one.
     pub fn bounded(&self, want: Duration) -> Duration {
-        if self.env.command != crate::cni::Command::Del {
-            return want;
+        match self.deadline() {
+            Some(d) => want.min(self.left_until(d)),
+            None => want,
         }
-        let left = (self.started + DEL_BUDGET).saturating_duration_since(Instant::now());
-        want.min(left)
     }
 
-    /// `""`, or when `waited` was cut by DEL's bound, a sentence saying so for a code-11
-    /// message.
+    /// `""`, or when `waited` was cut by the verb's bound ([`Ctx::deadline`]) below
+    /// `lockTimeoutMs`, a sentence saying so for a code-11 message.
     pub fn bound_note(&self, waited: Duration) -> String {
-        if waited < self.conf.lock_timeout && self.env.command == crate::cni::Command::Del {
-            format!(
+        if waited >= self.conf.lock_timeout {
+            return String::new();
+        }
+        match self.env.command {
+            Command::Del => format!(
                 " (DEL keeps within {} s of its start; the journal is kept and the retry goes on from here)",
                 DEL_BUDGET.as_secs()
-            )
-        } else {
-            String::new()
+            ),
+            Command::Add => format!(
+                " (ADD ends within {} s of its start, rollback included; its forward steps end their waits by {} s)",
+                ADD_BUDGET.as_secs(),
+                (ADD_BUDGET - ROLLBACK_RESERVE - CLEANUP_RESERVE).as_secs()
+            ),
+            _ => String::new(),
         }
     }
 }
@@ -252,6 +356,7 @@ pub fn run_with(
         store: journal_store(&conf.state_dir),
         rdma,
         started: crate::cli::process_start().unwrap_or_else(Instant::now),
+        rolling_back: std::cell::Cell::new(false),
     };
     match env.command {
         Command::Add => add::add(&ctx).map(Some),
@@ -311,5 +416,132 @@ pub fn del_unparsed(env: &CniEnv, stdin: &[u8], err: &CniError) -> Result<(), Cn
             );
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::exec::DELEGATE_TIMEOUT;
+
+    /// A state dir, an ADD configuration with `lock_ms` as `lockTimeoutMs`, and an ADD
+    /// environment.
+    fn add_parts(lock_ms: u64) -> (tempfile::TempDir, NetConf, CniEnv) {
+        let d = tempfile::tempdir().unwrap();
+        let conf = NetConf::parse(
+            serde_json::json!({
+                "cniVersion": "1.0.0", "name": "ibnet", "type": "ib-sriov",
+                "deviceID": "0000:af:00.2", "stateDir": d.path(), "lockTimeoutMs": lock_ms
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let vars: std::collections::HashMap<String, String> = [
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_NETNS", "/var/run/netns/x"),
+            ("CNI_IFNAME", "net1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        (d, conf, CniEnv::from_map(&vars).unwrap())
+    }
+
+    /// A Ctx `t` s into its verb (its start `t` s ago), rolling back or not.
+    fn ctx_at<'a>(
+        dir: &std::path::Path,
+        conf: &'a NetConf,
+        env: &'a CniEnv,
+        t: u64,
+        rolling: bool,
+    ) -> Ctx<'a> {
+        Ctx {
+            env,
+            conf,
+            sysfs: Sysfs::new(dir),
+            store: JournalStore::new(dir),
+            rdma: &rdma::KernelRdma,
+            started: Instant::now() - Duration::from_secs(t),
+            rolling_back: std::cell::Cell::new(rolling),
+        }
+    }
+
+    /// ADD's schedule, for a delegated IPAM whose ADD and DEL both run until killed,
+    /// started at every second `t` of ADD's life (after whatever came before it: the
+    /// VF lock, a rebind): the delegate ADD ends by 150 s, its cleanup DEL by 180 s with
+    /// at least 30 s of its own when the ADD started by 150 s, the rollback's rebind
+    /// turn may begin until 200 s and its window ends by 220 s, and the rollback's IPAM
+    /// release ends by 220 s: the whole ADD within [`ADD_BUDGET`], under kubelet's
+    /// 240 s. Each figure is what the real [`Ctx`] gives at that instant (its start
+    /// moved into the past).
+    #[test]
+    fn add_ends_within_its_budget_whatever_the_delegate_does() {
+        let (d, conf, env) = add_parts(600_000);
+        let at = |t: u64, rolling: bool| ctx_at(d.path(), &conf, &env, t, rolling);
+        let secs = |x: Duration| (x.as_millis() as u64).div_ceil(1000);
+        let add_limit = |t| secs(at(t, false).bounded(DELEGATE_TIMEOUT));
+        let cleanup_limit = |t| {
+            let c = at(t, false);
+            secs(DELEGATE_TIMEOUT.min(c.left_until(c.started + (ADD_BUDGET - ROLLBACK_RESERVE))))
+        };
+        assert_eq!(add_limit(0), 120, "the delegate's own cap");
+        assert_eq!(add_limit(100), 50);
+        assert_eq!(add_limit(150), 0);
+        assert_eq!(cleanup_limit(120), 60);
+        for t in 0..=220u64 {
+            let t1 = t + add_limit(t);
+            assert!(t1 <= 150.max(t), "t={t}: the delegate ADD ends at {t1}");
+            let c = cleanup_limit(t1);
+            if t <= 150 {
+                assert!(c >= 30, "t={t}: the cleanup DEL gets only {c} s");
+            }
+            let t2 = t1 + c;
+            assert!(t2 <= 180.max(t1), "t={t}: the cleanup DEL ends at {t2}");
+            // The rollback: its rebind may begin until 200 s and lasts 20 s at most.
+            let r = at(t2, true);
+            let (budget, _) = r.rebind_budget();
+            assert_eq!(budget - REBIND_RESERVE, Duration::from_secs(200));
+            // Worst case: it waits its turn until the last instant, then takes the
+            // whole window; past that instant it is refused (code 11, journal kept).
+            let begin_by = budget.as_secs() - REBIND_RESERVE.as_secs();
+            let t3 = match t2 <= begin_by {
+                true => begin_by + REBIND_RESERVE.as_secs(),
+                false => t2,
+            };
+            assert!(t3 <= 220, "t={t}: the rollback's rebind ends at {t3}");
+            // Its IPAM release and VF-lock-style waits: what is left of 220 s.
+            let release = secs(at(t3, true).bounded(DELEGATE_TIMEOUT));
+            assert!(t3 + release <= 220, "t={t}: the release ends past 220 s");
+            assert_eq!(
+                secs(at(t2, true).bounded(conf.lock_timeout)),
+                220u64.saturating_sub(t2)
+            );
+        }
+        assert!(
+            ADD_BUDGET < Duration::from_secs(240),
+            "kubelet's RunPodSandbox timeout"
+        );
+    }
+
+    /// The rollback's rebind turn (ADD rolling back) may begin until 200 s into ADD; a
+    /// forward one only until 60 s; both refusals are code 11 naming their bound.
+    #[test]
+    fn add_rollback_rebinds_until_200_s_forward_ones_until_60_s() {
+        let (d, conf, env) = add_parts(200);
+        let at = |t: u64, rolling: bool| ctx_at(d.path(), &conf, &env, t, rolling);
+        drop(at(58, false).lock_rebind().unwrap());
+        let e = at(61, false).lock_rebind().unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER);
+        assert!(e.msg.contains("within 60 s"), "{}", e.msg);
+        drop(at(198, true).lock_rebind().unwrap());
+        let e = at(201, true).lock_rebind().unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER);
+        assert!(
+            e.msg.contains("rollback within 220 s") && e.msg.contains("within 200 s"),
+            "{}",
+            e.msg
+        );
     }
 }

@@ -43,6 +43,13 @@
 //! Older binaries: they take only the node-wide flock `<stateDir>/locks/rebind`. The
 //! first of the queue takes it too, before its turn begins, and releases it first when
 //! the turn ends, so an older plugin and this one exclude each other during an upgrade.
+//!
+//! The Go ib-sriov-cni: it holds its own node lock
+//! ([`crate::gocache::GO_LOCK_FILE`], `flock(2)` `LOCK_EX`) across each whole ADD and
+//! DEL. A queue made [`RebindQueue::with_go_lock`] takes that lock too, after the older
+//! binaries' lock, and releases it first, so a Go call still in flight while the binary
+//! is swapped (or after a rollback) and one of our rebinds never overlap. The Go plugin
+//! never waits on anything of ours, so the order cannot deadlock.
 
 use crate::cni::{code, CniError};
 use crate::fsutil::{flock_until, lock_with_timeout, open_regular, FileLock, LockError};
@@ -51,6 +58,7 @@ use nix::fcntl::{renameat2, OFlag, RenameFlags, AT_FDCWD};
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -61,11 +69,13 @@ const TEMP_PREFIX: &str = ".new.";
 /// A wait at least this long is logged at info (shorter ones at debug).
 pub const LONG_WAIT: Duration = Duration::from_secs(5);
 
-/// A rebind queue: its directory and the older binaries' node-wide lock file.
+/// A rebind queue: its directory, the older binaries' node-wide lock file and, when set,
+/// the Go plugin's node lock file.
 #[derive(Debug, Clone)]
 pub struct RebindQueue {
     dir: PathBuf,
     legacy: PathBuf,
+    go_lock: Option<PathBuf>,
 }
 
 /// When a waiter gives up.
@@ -133,9 +143,9 @@ pub enum QueueError {
         /// Live entries still ahead.
         ahead: usize,
     },
-    /// A lock that shows no progress (the joining lock, or the older binaries'
-    /// node-wide lock) stayed held for [`Limits::no_progress`] (or up to
-    /// [`Limits::begin_by`]).
+    /// A lock that shows no progress (the joining lock, the older binaries' node-wide
+    /// lock, or the Go plugin's node lock) stayed held for [`Limits::no_progress`] (or
+    /// up to [`Limits::begin_by`]).
     Held {
         /// The lock file.
         path: PathBuf,
@@ -200,11 +210,13 @@ impl From<QueueError> for CniError {
 }
 
 /// A turn in the queue: while it lives, no other rebind on the node runs. Dropping it
-/// releases the older binaries' lock, removes the entry, then closes the entry file
+/// releases the Go plugin's lock, then the older binaries' lock, removes the entry,
+/// then closes the entry file
 /// (which releases its flock and wakes the waiters blocked on it), in that order.
 #[must_use = "the turn ends when the guard is dropped"]
 #[derive(Debug)]
 pub struct RebindTurn {
+    go: Option<FileLock>,
     legacy: Option<FileLock>,
     /// Holds `LOCK_EX` on the entry (see the module docs); closed last.
     _entry: File,
@@ -232,6 +244,7 @@ impl RebindTurn {
 
 impl Drop for RebindTurn {
     fn drop(&mut self) {
+        drop(self.go.take());
         drop(self.legacy.take());
         match fs::remove_file(&self.path) {
             Ok(()) => {}
@@ -274,7 +287,16 @@ impl RebindQueue {
         RebindQueue {
             dir: dir.into(),
             legacy: legacy.into(),
+            go_lock: None,
         }
+    }
+
+    /// The same queue, whose turns also hold the Go plugin's node lock `path`
+    /// ([`crate::gocache::GO_LOCK_FILE`] in production): its directory is created mode
+    /// 0700 when missing, as the Go plugin creates it.
+    pub fn with_go_lock(mut self, path: impl Into<PathBuf>) -> Self {
+        self.go_lock = Some(path.into());
+        self
     }
 
     /// The queue directory.
@@ -433,6 +455,7 @@ impl RebindQueue {
         };
         drop(tl);
         Ok(RebindTurn {
+            go: None,
             legacy: None,
             _entry: entry,
             path,
@@ -441,17 +464,47 @@ impl RebindQueue {
         })
     }
 
+    /// Takes the flock of `path`, a lock that shows no progress (the older binaries' or
+    /// the Go plugin's), once this waiter is first in the queue: waited for from
+    /// `since` up to [`Limits::no_progress`] ([`QueueError::Held`] naming `what`), and
+    /// never past [`Limits::begin_by`] ([`QueueError::TimeBound`], with the wait counted
+    /// from `joined`).
+    fn side_lock(
+        &self,
+        path: &Path,
+        what: &'static str,
+        (joined, since): (Instant, Instant),
+        limits: &Limits,
+    ) -> Result<FileLock, QueueError> {
+        let until = limits.begin_by.min(since + limits.no_progress);
+        lock_with_timeout(path, until.saturating_duration_since(since)).map_err(|e| match e {
+            LockError::Timeout(..) if Instant::now() >= limits.begin_by => QueueError::TimeBound {
+                dir: self.dir.clone(),
+                waited: joined.elapsed(),
+                ahead: 0,
+            },
+            LockError::Timeout(path, _) => QueueError::Held {
+                path,
+                what,
+                waited: since.elapsed(),
+            },
+            LockError::Io(path, err) => QueueError::Io { path, err },
+        })
+    }
+
     /// Waits for this process's turn: joins the queue, then, until no live entry is
     /// ahead, blocks on the first live entry's flock (shared, so every waiter can wait
     /// on it at once) until that entry's owner finishes or dies, and looks again; once
-    /// first, takes the older binaries' lock. Entries of dead processes ahead are
+    /// first, takes the older binaries' lock, then the Go plugin's lock when the queue
+    /// has one ([`RebindQueue::with_go_lock`]). Entries of dead processes ahead are
     /// removed on the way and never block.
     ///
     /// Gives up when no entry ahead has finished or vanished for
     /// [`Limits::no_progress`] ([`QueueError::NoProgress`]), or when the turn could not
     /// begin by [`Limits::begin_by`] ([`QueueError::TimeBound`], also when the queue is
-    /// free but that instant has passed); the older binaries' lock and the joining
-    /// lock are each waited for up to [`Limits::no_progress`] ([`QueueError::Held`]).
+    /// free but that instant has passed); the joining lock, the older binaries' lock and
+    /// the Go plugin's lock are each waited for up to [`Limits::no_progress`]
+    /// ([`QueueError::Held`]), never past [`Limits::begin_by`].
     /// On any error this process's entry is removed. Logs the wait (position, time
     /// waited) at debug, and at info when it lasted [`LONG_WAIT`] or more.
     ///
@@ -507,24 +560,37 @@ impl RebindQueue {
                 .map_err(self.io(&self.dir.join(&head.name)))?;
         }
         let first_at = Instant::now();
-        let until = limits.begin_by.min(first_at + limits.no_progress);
-        let legacy = lock_with_timeout(&self.legacy, until.saturating_duration_since(first_at))
-            .map_err(|e| match e {
-                LockError::Timeout(..) if Instant::now() >= limits.begin_by => {
-                    QueueError::TimeBound {
-                        dir: self.dir.clone(),
-                        waited: t0.elapsed(),
-                        ahead: 0,
-                    }
-                }
-                LockError::Timeout(path, _) => QueueError::Held {
-                    path,
-                    what: "the node-wide rebind lock (taken by ib-sriov versions before the rebind queue)",
-                    waited: first_at.elapsed(),
-                },
-                LockError::Io(path, err) => QueueError::Io { path, err },
-            })?;
-        turn.legacy = Some(legacy);
+        turn.legacy = Some(self.side_lock(
+            &self.legacy,
+            "the node-wide rebind lock (taken by ib-sriov versions before the rebind queue)",
+            (t0, first_at),
+            limits,
+        )?);
+        if let Some(go) = &self.go_lock {
+            let at = Instant::now();
+            if let Some(d) = go.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(d)
+                    .map_err(self.io(d))?;
+            }
+            turn.go = Some(self.side_lock(
+                go,
+                "the Go ib-sriov-cni's node lock (held across each of its ADD and DEL calls)",
+                (t0, at),
+                limits,
+            )?);
+            let held_for = at.elapsed();
+            if held_for >= LONG_WAIT {
+                log::info!(
+                    "rebind queue {}: waited {:.3} s for the Go ib-sriov-cni's node lock {}",
+                    self.dir.display(),
+                    held_for.as_secs_f64(),
+                    go.display()
+                );
+            }
+        }
         turn.waited = t0.elapsed();
         let msg = format!(
             "rebind queue {}: ticket {} begins its turn after {:.3} s ({on_arrival} rebind(s) were ahead on arrival)",
@@ -628,6 +694,7 @@ mod tests {
             store: crate::journal::JournalStore::new(d.path()),
             rdma: &crate::plugin::rdma::KernelRdma,
             started,
+            rolling_back: std::cell::Cell::new(false),
         };
         let late = Instant::now() - (DEL_BUDGET - REBIND_RESERVE) - Duration::from_secs(1);
         let e = ctx(late).lock_rebind().unwrap_err();

@@ -757,8 +757,8 @@ impl EmuHost {
 
     /// Runs the plugin `bin` inside the host netns with the environment a runtime sets:
     /// CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS (omitted when `netns` is empty),
-    /// CNI_IFNAME, CNI_PATH (the binary's directory), IB_SRIOV_SYSFS_ROOT=<root>, PATH
-    /// from this process, then `extra_env` (e.g. CNI_ARGS; overrides the above). Nothing
+    /// CNI_IFNAME, CNI_PATH (the binary's directory), IB_SRIOV_SYSFS_ROOT=<root>,
+    /// IB_SRIOV_TEST_GO_LOCK ([`EmuHost::go_lock_path`]), PATH from this process, then `extra_env` (e.g. CNI_ARGS; overrides the above). Nothing
     /// else is inherited. `stdin_json` is written to its stdin.
     #[allow(clippy::too_many_arguments)]
     pub fn run_plugin(
@@ -788,6 +788,14 @@ impl EmuHost {
                 )
             },
         )
+    }
+
+    /// This node's Go plugin node lock (`/var/run/cni/ib-sriov/cni.lock` on a real node),
+    /// `<root>/go-lock/cni.lock`, passed as `IB_SRIOV_TEST_GO_LOCK` to every plugin call
+    /// (a `failpoints` build takes it; emulated hosts of parallel tests must not share
+    /// the machine's).
+    pub fn go_lock_path(&self) -> PathBuf {
+        self.root.join("go-lock/cni.lock")
     }
 
     /// The network configuration as this emulated node runs it: an `ib-sriov`
@@ -856,12 +864,14 @@ impl EmuHost {
             .map(|d| d.to_string_lossy().into_owned())
             .unwrap_or_default();
         let root = self.root.to_string_lossy().into_owned();
+        let go_lock = self.go_lock_path().to_string_lossy().into_owned();
         let mut env: Vec<(&str, &str)> = vec![
             ("CNI_COMMAND", command),
             ("CNI_CONTAINERID", container_id),
             ("CNI_IFNAME", ifname),
             ("CNI_PATH", &cni_path),
             ("IB_SRIOV_SYSFS_ROOT", &root),
+            ("IB_SRIOV_TEST_GO_LOCK", &go_lock),
         ];
         if !netns.is_empty() {
             env.push(("CNI_NETNS", netns));

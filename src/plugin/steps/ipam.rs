@@ -4,11 +4,12 @@
 
 use super::addresses::configure_iface;
 use super::{Apply, StepFailure};
+use crate::cni::exec::DELEGATE_TIMEOUT;
 use crate::cni::{code, CniError, CniOutput, Command, IpConfig, Route};
 use crate::config::NetConf;
 use crate::failpoint::hit;
 use crate::journal::{Journal, Step};
-use crate::plugin::{Ctx, Ipam};
+use crate::plugin::{Ctx, Ipam, ADD_BUDGET, ROLLBACK_RESERVE};
 
 /// Allocates (or delegates ADD), configures the addresses and routes in the pod and
 /// puts them in the result (ADD); the built-in allocation is recorded in step `i`.
@@ -22,7 +23,7 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), Ste
                     &conf.name,
                     &env.container_id,
                     &env.ifname,
-                    conf.lock_timeout,
+                    ctx.bounded(conf.lock_timeout),
                 )
                 .map_err(|e| StepFailure {
                     error: crate::plugin::ipam_error(e),
@@ -53,8 +54,14 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), Ste
                     // (SPEC.md: a failed ADD leaves nothing behind). Its DEL is still
                     // called, as cleanup, but its failure (a delegate refusing the
                     // configuration refuses DEL too) is only logged: the rollback must
-                    // not keep a journal that every later DEL would fail on.
-                    if let Err(de) = ctx.delegate(d, Command::Del) {
+                    // not keep a journal that every later DEL would fail on. Also after
+                    // an ADD killed at its deadline (it may have allocated before it
+                    // stalled). It gets what is left before the rollback's own reserve
+                    // (ADD's time bound, crate::plugin::ADD_BUDGET): at least
+                    // CLEANUP_RESERVE.
+                    let until = ctx.started + (ADD_BUDGET - ROLLBACK_RESERVE);
+                    let limit = DELEGATE_TIMEOUT.min(ctx.left_until(until));
+                    if let Err(de) = ctx.delegate_within(d, Command::Del, limit) {
                         log::warn!(
                             "ipam plugin {} DEL after its failed ADD: {de}",
                             d.plugin_type
@@ -173,28 +180,25 @@ pub fn release_with(
                 log::info!("released {n} address(es) of {cid}/{ifname}");
             }
         }
-        Some(Ipam::External(d)) => match d.run_within(
-            Command::Del,
-            ctx.env,
-            raw,
-            ctx.bounded(crate::cni::exec::DELEGATE_TIMEOUT),
-        ) {
-            Ok(_) => {}
-            // A delegate that refuses this configuration itself (code 1: the cniVersion;
-            // code 7: the configuration) refuses every retry the same way: a kept
-            // journal would fail every DEL for ever and leave the pod Terminating. It
-            // cannot have allocated under a configuration it refuses (or, for an ADD
-            // that failed in it, it answered ADD with an error), so its allocation, if
-            // any, is its own business; the Go plugin ignores the DEL error of an ADD
-            // rollback likewise (cmd/ib-sriov-cni/main.go `runIPAMPlugin`).
-            Err(e) if matches!(e.code, code::INCOMPATIBLE_VERSION | code::INVALID_CONFIG) => {
-                log::warn!(
+        Some(Ipam::External(d)) => {
+            match d.run_within(Command::Del, ctx.env, raw, ctx.bounded(DELEGATE_TIMEOUT)) {
+                Ok(_) => {}
+                // A delegate that refuses this configuration itself (code 1: the cniVersion;
+                // code 7: the configuration) refuses every retry the same way: a kept
+                // journal would fail every DEL for ever and leave the pod Terminating. It
+                // cannot have allocated under a configuration it refuses (or, for an ADD
+                // that failed in it, it answered ADD with an error), so its allocation, if
+                // any, is its own business; the Go plugin ignores the DEL error of an ADD
+                // rollback likewise (cmd/ib-sriov-cni/main.go `runIPAMPlugin`).
+                Err(e) if matches!(e.code, code::INCOMPATIBLE_VERSION | code::INVALID_CONFIG) => {
+                    log::warn!(
                     "ipam plugin {} refuses DEL of {cid}/{ifname} permanently ({e}); not retried",
                     d.plugin_type
                 );
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
-        },
+        }
         None => {}
     }
     hit("del.ipam")
