@@ -69,7 +69,8 @@ pub enum Note {
     BadJournal(String, String),
     /// A journal asks for ib-kubernetes GUIDs (`ibKubernetesEnabled`): its VF.
     IbKubernetes(String),
-    /// A journal asked for RDMA isolation (`rdmaIsolation: true`): its attachment.
+    /// A journal asked for RDMA isolation (`rdmaIsolation: true`) or moved the RDMA
+    /// device: its attachment.
     WantsIsolation(String),
     /// A PF's VF table could not be read over rtnetlink by any route (the single
     /// RTM_GETLINK and the link dump): (PF PCI address, netdev, error).
@@ -270,7 +271,8 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 }
             }
         }
-        if j.rdma_isolation == Some(true) {
+        // Or its ADD moved the RDMA device (an earlier release did without the key).
+        if j.rdma_isolation == Some(true) || j.rdma_device().is_some() {
             notes.push(Note::WantsIsolation(att));
         }
     }
