@@ -4,12 +4,13 @@
 //! first argument cannot collide with a CNI invocation.
 //!
 //! ```text
-//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
+//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE] [--cni-path DIRS]
 //! ```
 //! Exit status: 0 with no finding of severity `error`, 1 with one, 2 for bad arguments.
 
 pub mod collect;
 pub mod findings;
+pub mod holders;
 pub mod report;
 pub mod text;
 
@@ -22,11 +23,13 @@ const MAX_CONF: u64 = 4 << 20;
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE] [--cni-path DIRS]
+    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE] [--cni-path DIRS]
   --json           the report as JSON (schemaVersion 1, docs/operations.md \"Diagnosing a node\")
   --conf FILE      also validate a network configuration or conflist as ADD would
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
-  --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)
+  --state-dir DIR  also read the journals in this stateDir (repeatable; under the host root). Always read:
+                   /run/ib-sriov and every stateDir named by the configurations in /etc/cni/net.d,
+                   /etc/cni/multus/net.d and the runtimes' caches /var/lib/cni/results, /var/lib/cni/multus/results
   --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)
   --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated; default /opt/cni/bin, under the host root)";
 
@@ -36,7 +39,7 @@ struct Args {
     json: bool,
     conf: Option<PathBuf>,
     host_root: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
+    state_dirs: Vec<PathBuf>,
     guid_file: Option<PathBuf>,
     cni_path: Option<PathBuf>,
 }
@@ -54,7 +57,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--json" => a.json = true,
             "--conf" => a.conf = Some(value("--conf")?),
             "--host-root" => a.host_root = Some(value("--host-root")?),
-            "--state-dir" => a.state_dir = Some(value("--state-dir")?),
+            "--state-dir" => a.state_dirs.push(value("--state-dir")?),
             "--guid-file" => a.guid_file = Some(value("--guid-file")?),
             "--cni-path" => a.cni_path = Some(value("--cni-path")?),
             "-h" | "--help" => return Err(String::new()),
@@ -87,16 +90,20 @@ pub fn run(args: &[String]) -> i32 {
             return 2;
         }
     }
+    if let Some(d) = a.state_dirs.iter().find(|d| !d.is_absolute()) {
+        eprintln!(
+            "ib-sriov doctor: --state-dir {}: not an absolute path (the stateDir as the node names it)",
+            d.display()
+        );
+        return 2;
+    }
     let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let sys = match a.host_root {
         Some(_) => None,
         None => Some(crate::sysfs::Sysfs::from_env().root().to_path_buf()),
     };
-    let state = a
-        .state_dir
-        .as_ref()
-        .map(|d| collect::Paths::under(&root, None, None).host(d));
-    let mut paths = collect::Paths::under(&root, sys, state);
+    let mut paths = collect::Paths::under(&root, sys);
+    paths.extra_state = a.state_dirs.clone();
     if let Some(g) = &a.guid_file {
         paths.guid_file = paths.host(g);
     }
@@ -382,7 +389,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","pkey":"0x1ffff"},{"type":"tuning"}]}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None, None);
+        let paths = collect::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
@@ -395,7 +402,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","type":"ib-sriov"}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None, None);
+        let paths = collect::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new());
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "garbage").unwrap();
