@@ -645,6 +645,48 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             c["ipam"]["dataDir"] = json!(planted.path().join("out/ipam"));
             c
         }),
+        // Every warning ADD logs (src/plugin/add.rs device_warnings, the IPAM
+        // configuration's, the parser's), each a row.
+        ("relative logFile", {
+            let mut c = base();
+            c["logFile"] = json!("ib-sriov.log");
+            c
+        }),
+        ("pkey not in the VF's pkey table", {
+            let mut c = base();
+            c["pkey"] = json!("0x8005");
+            c
+        }),
+        ("pkey with base key 0", {
+            let mut c = base();
+            c["pkey"] = json!("0x8000");
+            c
+        }),
+        ("top-level rangeStart without a top-level subnet", {
+            let mut c = base();
+            c["ipam"] = json!({"type": "ib-sriov-ipam", "rangeStart": "10.56.217.10",
+                "ranges": [[{"subnet": "10.56.217.0/24"}]], "dataDir": lab.data});
+            c
+        }),
+        ("top-level guid", {
+            let mut c = base();
+            c["guid"] = json!("02:00:00:00:00:00:00:42");
+            c
+        }),
+        ("deviceID and pciBusID disagree", {
+            let mut c = base();
+            c["pciBusID"] = json!(lab.host.vf(3).addr);
+            c
+        }),
+        // Every error, not only the first (ADD answers the first).
+        ("three bad keys and a stateDir outside the node policy", {
+            let mut c = base();
+            c["pkey"] = json!("0x1ffff");
+            c["link_state"] = json!("sideways");
+            c["rdmaIsolation"] = json!("yes");
+            c["stateDir"] = json!("/etc/ib-sriov-doctor-probe");
+            c
+        }),
         ("logFile outside the node policy", {
             let mut c = base();
             c["logFile"] = json!("/etc/ib-sriov-doctor-probe.log");
@@ -725,6 +767,24 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             );
         }
         table.push_str(&format!("{name}\n  ADD and doctor: {add_text}\n"));
+        // The errors after ADD's answer: one conf-invalid finding each.
+        let errors: Vec<String> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "conf-invalid")
+            .map(|f| {
+                let m = f["message"].as_str().unwrap();
+                sys_text(m.split_once(": ").unwrap().1)
+            })
+            .collect();
+        assert_eq!(errors.is_empty(), add.ok, "{name}: {errors:?}");
+        if let Some(first) = errors.first() {
+            assert_eq!(first, &add_text, "{name}: the first error is ADD's answer");
+        }
+        for e in errors.iter().skip(1) {
+            table.push_str(&format!("  doctor, also: {e}\n"));
+        }
         for w in warnings {
             table.push_str(&format!("  doctor: {w}\n"));
         }

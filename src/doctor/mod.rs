@@ -178,8 +178,9 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 
 /// Validates a network configuration (`type: ib-sriov`) or a conflist (each ib-sriov
 /// entry of `plugins`, with the list's `name` and `cniVersion`, as libcni passes them)
-/// as ADD does before touching the host ([`conf_error`]), and reports the keys nothing
-/// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
+/// as ADD does before touching the host ([`conf_verdict`]), and reports every error
+/// (one `conf-invalid` each; the check's `error` is the first, ADD's answer), the keys
+/// nothing reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
 /// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
 /// device, i.e. one Multus fills on every node (`conf-node-local-range`).
 fn check_conf(
@@ -236,82 +237,143 @@ fn check_conf(
             .and_then(|n| n.as_str())
             .unwrap_or("?")
             .to_string();
-        match conf_error(&e, paths, vf_guids) {
-            Ok(conf) => {
-                for w in &conf.warnings {
-                    let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
-                    findings.push(Finding {
-                        severity: Severity::Warning,
-                        code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
-                        subject: subject.clone(),
-                        message: format!("network {name}: {w}"),
-                        fix: if unknown {
-                            "correct or remove the key: ADD ignores it (and logs this warning)"
-                        } else {
-                            "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
-                        }
-                        .into(),
-                    });
+        let v = conf_verdict(&e, paths, vf_guids);
+        for w in &v.warnings {
+            let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
+            findings.push(Finding {
+                severity: Severity::Warning,
+                code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
+                subject: subject.clone(),
+                message: format!("network {name}: {w}"),
+                fix: if unknown {
+                    "correct or remove the key: ADD ignores it (and logs this warning)"
+                } else {
+                    "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
                 }
-                let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
-                if builtin && conf.device_id.is_none() {
-                    findings.push(Finding {
-                        severity: Severity::Warning,
-                        code: "conf-node-local-range".into(),
-                        subject: subject.clone(),
-                        message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
-                        fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
-                    });
-                }
-                checks.push(ConfCheck {
-                    name,
-                    ok: true,
-                    error: None,
-                })
-            }
-            Err(err) => {
-                let text = format!("code {}: {}", err.code, err.msg);
-                findings.push(bad(format!("network {name}: {text}")));
-                checks.push(ConfCheck {
-                    name,
-                    ok: false,
-                    error: Some(text),
+                .into(),
+            });
+        }
+        for err in &v.errors {
+            findings.push(bad(format!(
+                "network {name}: code {}: {}",
+                err.code, err.msg
+            )));
+        }
+        if let Some(conf) = v.conf.as_ref().filter(|_| v.errors.is_empty()) {
+            let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
+            if builtin && conf.device_id.is_none() {
+                findings.push(Finding {
+                    severity: Severity::Warning,
+                    code: "conf-node-local-range".into(),
+                    subject: subject.clone(),
+                    message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
+                    fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
                 });
             }
         }
+        checks.push(ConfCheck {
+            name,
+            ok: v.errors.is_empty(),
+            // ADD's answer: the first error.
+            error: v
+                .errors
+                .first()
+                .map(|e| format!("code {}: {}", e.code, e.msg)),
+        });
     }
     (checks, findings)
 }
 
-/// The configuration `e` as ADD parses and checks it before any change: the keys
-/// ([`crate::config::NetConf::parse`]), its paths against the node policy read under the
-/// host root ([`crate::policy::screen`]; a `logFile` outside it is a warning, as ADD
-/// logs it), the IPAM configuration (the built-in one parsed;
-/// `dhcp` refused; a delegated plugin looked up in `/opt/cni/bin`, or `--cni-path`, under
-/// the host root, as ADD looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device under the host root
-/// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
-/// isolation rule against this node's RDMA netns mode
-/// ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose GUID is not
-/// usable (`vf_guids`: the GUID the report read for it) needs a GUID from the pod, else
-/// one from `guidFile` (read under the host root) or `deriveGuid`, else ADD answers
-/// code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted `guidFile`
-/// is code 7 too. Rules that need the pod are not checked: whether it carries a GUID
-/// (a configuration that gives none is judged as a pod without one), ib-kubernetes'
-/// annotation.
+/// What `doctor --conf` finds in one configuration: every error ADD could answer (the
+/// first is the one it does answer) and every warning it would log.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// The errors, ADD's answer first.
+    errors: Vec<crate::cni::CniError>,
+    /// The warnings ADD logs, in its order.
+    warnings: Vec<String>,
+    /// The parsed configuration, when it parses.
+    conf: Option<crate::config::NetConf>,
+}
+
+impl Verdict {
+    /// Records `e` unless an error with the same message is there already.
+    fn error(&mut self, e: crate::cni::CniError) {
+        if !self.errors.iter().any(|x| x.msg == e.msg) {
+            self.errors.push(e);
+        }
+    }
+}
+
+/// Every error [`crate::config::NetConf::parse`] finds in `e`: its own answer first,
+/// then the answer for each other top-level key alone (with `cniVersion`, `name` and
+/// `type`), so one bad key does not hide another. The parser is the one ADD runs, key
+/// by key: no second list of rules.
+fn parse_errors(e: &serde_json::Value, v: &mut Verdict) -> Option<crate::config::NetConf> {
+    let parse = |x: &serde_json::Value| crate::config::NetConf::parse(x.to_string().as_bytes());
+    match parse(e) {
+        Ok(c) => return Some(c),
+        Err(err) => v.error(err),
+    }
+    let Some(obj) = e.as_object() else {
+        return None;
+    };
+    const BASE: [&str; 3] = ["cniVersion", "name", "type"];
+    let base: serde_json::Map<String, serde_json::Value> = obj
+        .iter()
+        .filter(|(k, _)| BASE.contains(&k.as_str()))
+        .map(|(k, x)| (k.clone(), x.clone()))
+        .collect();
+    for (k, x) in obj.iter().filter(|(k, _)| !BASE.contains(&k.as_str())) {
+        let mut one = base.clone();
+        one.insert(k.clone(), x.clone());
+        if let Err(err) = parse(&serde_json::Value::Object(one)) {
+            v.error(err);
+        }
+    }
+    None
+}
+
+/// The configuration `e` as ADD parses and checks it before any change, every check
+/// that can run ([`Verdict`]): the keys ([`crate::config::NetConf::parse`], each bad
+/// key reported, [`parse_errors`]) and their warnings, its paths against the node policy
+/// read under the host root ([`crate::policy::screen`]; a `logFile` outside it is a
+/// warning, as ADD logs it), the IPAM configuration (the built-in one parsed, with the
+/// warnings it logs, [`crate::ipam::config_warnings`]; `dhcp` refused; a delegated
+/// plugin looked up in `/opt/cni/bin`, or `--cni-path`, under the host root, as ADD
+/// looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device
+/// under the host root (`--host-root`) with its vfio mode
+/// ([`crate::plugin::device_and_mode`]) and the warnings ADD logs about it
+/// ([`crate::plugin::device_warnings`]), the RDMA isolation rule against this node's
+/// RDMA netns mode ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose
+/// GUID is not usable (`vf_guids`: the GUID the report read for it) needs a GUID from
+/// the pod, else one from `guidFile` (read under the host root) or `deriveGuid`, else
+/// ADD answers code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted
+/// `guidFile` is code 7 too. Rules that need the pod are not checked: whether it
+/// carries a GUID (a configuration that gives none is judged as a pod without one),
+/// ib-kubernetes' annotation.
 ///
-/// Errors: the [`crate::cni::CniError`] ADD would answer, before touching the host.
-fn conf_error(
+/// The checks run in ADD's order, so the first error is the one ADD answers.
+fn conf_verdict(
     e: &serde_json::Value,
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
-) -> Result<crate::config::NetConf, crate::cni::CniError> {
-    let mut conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
+) -> Verdict {
+    let mut v = Verdict::default();
+    let parsed = parse_errors(e, &mut v);
     // The node policy of the configuration's paths, as ADD applies it (crate::cli).
     let screened = crate::policy::screen(e, &paths.root, &crate::policy::PathKey::ALL);
     if let Some(err) = screened.refusal() {
-        return Err(err);
+        v.error(err);
     }
-    conf.warnings.extend(screened.warnings);
+    let Some(conf) = parsed else {
+        return v;
+    };
+    v.warnings.extend(conf.warnings.iter().cloned());
+    v.warnings.extend(screened.warnings);
+    if let Some(ipam) = conf.ipam.as_ref().filter(|i| crate::ipam::is_builtin(i)) {
+        v.warnings.extend(crate::ipam::config_warnings(ipam));
+    }
     // The IPAM as ADD chooses it, a delegated plugin looked up where the runtime's
     // CNI_PATH would look; named as the node names it, not under the host root.
     let dirs: Vec<String> = paths
@@ -319,49 +381,63 @@ fn conf_error(
         .iter()
         .map(|d| d.display().to_string())
         .collect();
-    crate::plugin::ipam_for(&conf, &dirs).map_err(|mut e| {
+    if let Err(mut err) = crate::plugin::ipam_for(&conf, &dirs) {
         let root = paths.root.display().to_string();
         if root != "/" {
-            e.msg = e.msg.replace(&root, "");
+            err.msg = err.msg.replace(&root, "");
         }
-        e
-    })?;
+        v.error(err);
+    }
     if let Some(addr) = conf.device_id {
-        let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
-        let (dev, _, vfio) = crate::plugin::device_and_mode(&sysfs, &conf, addr)?;
-        crate::plugin::rdma::plan_for(
-            conf.rdma_isolation,
-            &crate::plugin::rdma::KernelRdma,
-            &sysfs,
-            &dev,
-            vfio,
-        )?;
-        let is_vf = dev.pf != dev.addr;
-        let cur = vf_guids.get(&addr.to_string()).copied().flatten();
-        if let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) {
-            if conf.guid.is_none() && !conf.ib_kubernetes_enabled {
-                let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
-                let file = paths.host(&conf.guid_file);
-                match crate::vfguid::choose(&file, conf.derive_guid, &pf, dev.vf_index) {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        return Err(crate::plugin::no_usable_guid(addr, g, &conf.guid_file))
-                    }
-                    // Named as the node names it, not under the host root.
-                    Err(e) => {
-                        return Err(crate::cni::CniError::config(format!(
-                            "VF {addr} has no usable GUID: {}",
-                            e.to_string().replace(
-                                &file.display().to_string(),
-                                &conf.guid_file.display().to_string()
-                            )
-                        )))
-                    }
-                }
-            }
+        if let Err(err) = device_checks(&conf, addr, paths, vf_guids, &mut v.warnings) {
+            v.error(err);
         }
     }
-    Ok(conf)
+    v.conf = Some(conf);
+    v
+}
+
+/// The checks of [`conf_verdict`] on the device `addr` the configuration names; the
+/// warnings ADD logs about it into `warnings`.
+fn device_checks(
+    conf: &crate::config::NetConf,
+    addr: crate::types::PciAddress,
+    paths: &collect::Paths,
+    vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
+    warnings: &mut Vec<String>,
+) -> Result<(), crate::cni::CniError> {
+    let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
+    let (dev, is_pf, vfio) = crate::plugin::device_and_mode(&sysfs, conf, addr)?;
+    warnings.extend(crate::plugin::device_warnings(conf, &dev, is_pf, vfio));
+    crate::plugin::rdma::plan_for(
+        conf.rdma_isolation,
+        &crate::plugin::rdma::KernelRdma,
+        &sysfs,
+        &dev,
+        vfio,
+    )?;
+    let is_vf = dev.pf != dev.addr;
+    let cur = vf_guids.get(&addr.to_string()).copied().flatten();
+    let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) else {
+        return Ok(());
+    };
+    if conf.guid.is_some() || conf.ib_kubernetes_enabled {
+        return Ok(());
+    }
+    let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
+    let file = paths.host(&conf.guid_file);
+    match crate::vfguid::choose(&file, conf.derive_guid, &pf, dev.vf_index) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(crate::plugin::no_usable_guid(addr, g, &conf.guid_file)),
+        // Named as the node names it, not under the host root.
+        Err(e) => Err(crate::cni::CniError::config(format!(
+            "VF {addr} has no usable GUID: {}",
+            e.to_string().replace(
+                &file.display().to_string(),
+                &conf.guid_file.display().to_string()
+            )
+        ))),
+    }
 }
 
 #[cfg(test)]
