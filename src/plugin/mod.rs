@@ -305,7 +305,7 @@ pub fn del_unparsed(env: &CniEnv, stdin: &[u8], err: &CniError) -> Result<(), Cn
         }
         None => {
             log::warn!(
-                "DEL of {}/{}: the configuration is refused ({err}) and there is no journal in {dir}: nothing was made, nothing to do",
+                "DEL of {}/{}: the configuration is refused ({err}) and there is no journal in {dir}: nothing left to undo",
                 env.container_id,
                 env.ifname
             );
