@@ -127,7 +127,7 @@ fn normalize(lab: &Lab, h: &HostRoot, text: &str) -> String {
         .replace(&lab.state.display().to_string(), "<STATE>")
         .replace(kernel.trim(), "<KERNEL>")
         .replace(boot.trim(), "<BOOT>")
-        .replace(env!("CARGO_PKG_VERSION"), "<VERSION>");
+        .replace(ib_sriov_cni::version(), "<VERSION>");
     // Pod netns names carry the test process's PID: ibemu-<pid>-<n>-pod<k>.
     let prefix = lab
         .host
