@@ -565,6 +565,14 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     for f in [vf2.ofed_node(), vf2.ofed_port()] {
         std::fs::write(f.unwrap(), "00:00:00:00:00:00:00:00\n").unwrap();
     }
+    // The base configuration with `kv` set.
+    let with = |kv: &[(&str, Value)]| {
+        let mut c = base();
+        for (k, v) in kv {
+            c[*k] = v.clone();
+        }
+        c
+    };
     let zero_guid_vf = || {
         let mut c = lab.conf("1.0.0", 2);
         c["logLevel"] = json!("warn");
@@ -647,46 +655,41 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         }),
         // Every warning ADD logs (src/plugin/add.rs device_warnings, the IPAM
         // configuration's, the parser's), each a row.
-        ("relative logFile", {
-            let mut c = base();
-            c["logFile"] = json!("ib-sriov.log");
-            c
-        }),
-        ("pkey not in the VF's pkey table", {
-            let mut c = base();
-            c["pkey"] = json!("0x8005");
-            c
-        }),
-        ("pkey with base key 0", {
-            let mut c = base();
-            c["pkey"] = json!("0x8000");
-            c
-        }),
-        ("top-level rangeStart without a top-level subnet", {
-            let mut c = base();
-            c["ipam"] = json!({"type": "ib-sriov-ipam", "rangeStart": "10.56.217.10",
-                "ranges": [[{"subnet": "10.56.217.0/24"}]], "dataDir": lab.data});
-            c
-        }),
-        ("top-level guid", {
-            let mut c = base();
-            c["guid"] = json!("02:00:00:00:00:00:00:42");
-            c
-        }),
-        ("deviceID and pciBusID disagree", {
-            let mut c = base();
-            c["pciBusID"] = json!(lab.host.vf(3).addr);
-            c
-        }),
+        (
+            "relative logFile",
+            with(&[("logFile", json!("ib-sriov.log"))]),
+        ),
+        (
+            "pkey not in the VF's pkey table",
+            with(&[("pkey", json!("0x8005"))]),
+        ),
+        ("pkey with base key 0", with(&[("pkey", json!("0x8000"))])),
+        (
+            "top-level rangeStart without a top-level subnet",
+            with(&[(
+                "ipam",
+                json!({"type": "ib-sriov-ipam", "rangeStart": "10.56.217.10",
+                    "ranges": [[{"subnet": "10.56.217.0/24"}]], "dataDir": lab.data}),
+            )]),
+        ),
+        (
+            "top-level guid",
+            with(&[("guid", json!("02:00:00:00:00:00:00:42"))]),
+        ),
+        (
+            "deviceID and pciBusID disagree",
+            with(&[("pciBusID", json!(lab.host.vf(3).addr))]),
+        ),
         // Every error, not only the first (ADD answers the first).
-        ("three bad keys and a stateDir outside the node policy", {
-            let mut c = base();
-            c["pkey"] = json!("0x1ffff");
-            c["link_state"] = json!("sideways");
-            c["rdmaIsolation"] = json!("yes");
-            c["stateDir"] = json!("/etc/ib-sriov-doctor-probe");
-            c
-        }),
+        (
+            "three bad keys and a stateDir outside the node policy",
+            with(&[
+                ("pkey", json!("0x1ffff")),
+                ("link_state", json!("sideways")),
+                ("rdmaIsolation", json!("yes")),
+                ("stateDir", json!("/etc/ib-sriov-doctor-probe")),
+            ]),
+        ),
         ("logFile outside the node policy", {
             let mut c = base();
             c["logFile"] = json!("/etc/ib-sriov-doctor-probe.log");

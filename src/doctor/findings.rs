@@ -52,31 +52,22 @@ fn without_netdev(
         })
         .collect();
     let read_only = "do not unbind/bind it or write its GUID: it may be in a live pod. Find its holder first (the pods on this node with an InfiniBand network; `ip -all netns exec ip -o link` shows netdevs in pod netns); make the sources above readable, or rerun the doctor with --state-dir DIR for a stateDir no configuration on this node names: it suggests a fix only once every holder is accounted for";
-    if !mine.is_empty() {
-        return finding(
-            Severity::Warning,
-            "holder-unknown",
-            &vf.pci,
-            format!(
-                "VF {} is bound to {driver} with no netdev in the host: {}",
-                vf.pci,
-                mine.join("; ")
-            ),
-            read_only,
+    let why = if !mine.is_empty() {
+        format!(": {}", mine.join("; "))
+    } else if !unaccounted.is_empty() {
+        format!(
+            " and no holder found, but not every holder could be accounted for: {}",
+            unaccounted.join("; ")
+        )
+    } else {
+        String::new()
+    };
+    if !why.is_empty() {
+        let msg = format!(
+            "VF {} is bound to {driver} with no netdev in the host{why}",
+            vf.pci
         );
-    }
-    if !unaccounted.is_empty() {
-        return finding(
-            Severity::Warning,
-            "holder-unknown",
-            &vf.pci,
-            format!(
-                "VF {} is bound to {driver} with no netdev in the host and no holder found, but not every holder could be accounted for: {}",
-                vf.pci,
-                unaccounted.join("; ")
-            ),
-            read_only,
-        );
+        return finding(Severity::Warning, "holder-unknown", &vf.pci, msg, read_only);
     }
     finding(
         Severity::Warning,

@@ -89,6 +89,18 @@ impl Found {
             .push((paths.host(p), node_path.to_string(), from.to_string()));
     }
 
+    /// The files of directory `dir` (a node path) under the host root, recorded as a
+    /// source of `kind`; none when it is absent or unreadable.
+    fn listing(&mut self, paths: &Paths, dir: &str, kind: &str) -> Vec<PathBuf> {
+        let (state, v) = match files(&paths.host(Path::new(dir))) {
+            Ok(None) => ("absent".to_string(), Vec::new()),
+            Err(e) => (format!("unreadable: {e}"), Vec::new()),
+            Ok(Some(v)) => ("read".to_string(), v),
+        };
+        self.source(dir, kind, "", state);
+        v
+    }
+
     fn source(&mut self, path: &str, kind: &str, from: &str, state: String) {
         if state.starts_with("unreadable") {
             self.unaccounted.push(format!("{path}: {state}"));
@@ -190,24 +202,13 @@ pub fn discover(paths: &Paths, extra: &[PathBuf]) -> Found {
             .to_string()
     };
     for dir in CONF_DIRS {
-        let files = match files(&paths.host(Path::new(dir))) {
-            Ok(None) => {
-                f.source(dir, "cniConfigs", "", "absent".into());
-                continue;
-            }
-            Err(e) => {
-                f.source(dir, "cniConfigs", "", format!("unreadable: {e}"));
-                continue;
-            }
-            Ok(Some(v)) => v,
-        };
-        f.source(dir, "cniConfigs", "", "read".into());
+        let files = f.listing(paths, dir, "cniConfigs");
         for file in files {
             let name = node(&file);
             let bytes = match crate::fsutil::read_regular_bounded(&file, MAX_FILE) {
                 Ok(b) => b,
-                // A directory's other files (a kubeconfig, a Multus daemon config) are
-                // not ours to judge unless they could name an ib-sriov stateDir.
+                // Any file there could name a stateDir (a file that is JSON but names
+                // no ib-sriov configuration, a kubeconfig say, is not judged).
                 Err(e) => {
                     f.unaccounted.push(format!("{name}: unreadable ({e})"));
                     continue;
@@ -229,18 +230,7 @@ pub fn discover(paths: &Paths, extra: &[PathBuf]) -> Found {
         }
     }
     for dir in CACHE_DIRS {
-        let files = match files(&paths.host(Path::new(dir))) {
-            Ok(None) => {
-                f.source(dir, "runtimeCache", "", "absent".into());
-                continue;
-            }
-            Err(e) => {
-                f.source(dir, "runtimeCache", "", format!("unreadable: {e}"));
-                continue;
-            }
-            Ok(Some(v)) => v,
-        };
-        f.source(dir, "runtimeCache", "", "read".into());
+        let files = f.listing(paths, dir, "runtimeCache");
         for file in files {
             let name = node(&file);
             let entry = crate::fsutil::read_regular_bounded(&file, MAX_FILE)

@@ -315,9 +315,7 @@ fn parse_errors(e: &serde_json::Value, v: &mut Verdict) -> Option<crate::config:
         Ok(c) => return Some(c),
         Err(err) => v.error(err),
     }
-    let Some(obj) = e.as_object() else {
-        return None;
-    };
+    let obj = e.as_object()?;
     const BASE: [&str; 3] = ["cniVersion", "name", "type"];
     let base: serde_json::Map<String, serde_json::Value> = obj
         .iter()
