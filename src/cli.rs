@@ -276,7 +276,7 @@ pub fn version_string() -> String {
 }
 
 const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
-       ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
+       ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE]
 ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
