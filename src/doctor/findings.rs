@@ -198,7 +198,7 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                         "VF {} is bound to vfio-pci but {} attached it as a netdev VF",
                         vf.pci, h.container_id
                     ),
-                    "rebind the VF to mlx5_core, or give the network vfioPciMode (the SR-IOV device plugin's resource decides the driver)",
+                    "do not rebind it while it may serve a vfio user (a VM or DPDK pod of the SR-IOV device plugin's vfio pool holds it without any CNI record): find who bound it to vfio-pci; if the attachment is wrong, DEL it; if the network is a vfio one, give it vfioPciMode (the device plugin's resource decides the driver)",
                 ));
             }
         }
