@@ -7,9 +7,13 @@
 //! - `IB_SRIOV_BUILD_DATE`: UTC, RFC 3339. `SOURCE_DATE_EPOCH` when set
 //!   (reproducible-builds.org), else the time this script ran.
 //!
-//! The version itself is `crate::version()` (src/lib.rs): Cargo's `CARGO_PKG_VERSION`, or
-//! `IB_SRIOV_VERSION` when set (a snapshot of scripts/release.sh), read with `option_env!`
-//! (rustc tracks it: a change rebuilds the crate).
+//! - `IB_SRIOV_BUILD_VERSION`, what `crate::version()` (src/lib.rs) returns:
+//!   `IB_SRIOV_VERSION` when set and not empty (scripts/release.sh sets it: `X.Y.Z` for
+//!   a release built from its tag, `X.Y.Z-dev.g<commit>` for a snapshot); otherwise the
+//!   build is not a release and says so: `X.Y.Z-dev+g<commit>` (Cargo's
+//!   `CARGO_PKG_VERSION`, the commit as `IB_SRIOV_COMMIT` gives it), or `X.Y.Z-dev`
+//!   when the commit is unknown (a build without git). Semver 2.0.0: `-dev` is a
+//!   pre-release, so it sorts before X.Y.Z; `+g<commit>` is build metadata.
 
 use std::process::Command;
 
@@ -24,6 +28,7 @@ fn run(cmd: &str, args: &[&str]) -> Option<String> {
 
 fn main() {
     println!("cargo:rerun-if-env-changed=IB_SRIOV_COMMIT");
+    println!("cargo:rerun-if-env-changed=IB_SRIOV_VERSION");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     // A new commit or a checkout changes these; the date then follows the rebuild.
     if let Some(git_dir) = run("git", &["rev-parse", "--absolute-git-dir"]) {
@@ -45,6 +50,13 @@ fn main() {
         _ => run("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
     }
     .unwrap_or_else(|| "unknown".into());
+    let pkg = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let version = match std::env::var("IB_SRIOV_VERSION") {
+        Ok(v) if !v.is_empty() => v,
+        _ if commit == "unknown" => format!("{pkg}-dev"),
+        _ => format!("{pkg}-dev+g{commit}"),
+    };
     println!("cargo:rustc-env=IB_SRIOV_COMMIT={commit}");
+    println!("cargo:rustc-env=IB_SRIOV_BUILD_VERSION={version}");
     println!("cargo:rustc-env=IB_SRIOV_BUILD_DATE={date}");
 }

@@ -18,7 +18,9 @@
 #   DEL    everything undone; DEL again: still succeeds, changes nothing
 #
 # and shows that the host is exactly as before. Everything it made (netns,
-# sysfs tree, temp dir) is removed on exit, also on failure or Ctrl-C.
+# sysfs tree, temp dir) is removed on exit, also on failure or Ctrl-C; it writes nothing
+# outside its temp dir (the plugin's stateDir, IPAM dataDir, logFile and goCacheDir are
+# in it), so /var/lib/cni and /run/ib-sriov are left as they were.
 #
 # Needs root (network namespaces, veths). Installs missing Debian packages
 # (jq, iproute2: scripts/deps.sh demo). Environment: DEMO_SKIP_BUILD=1 skips the
@@ -125,7 +127,12 @@ show "cat ${ofed#"$root"/}/{node,port,policy}"
 ofed_files
 host_state >"$tmp/host.before"
 
-jq -n --arg vf "$vf_addr" --arg state "$tmp/state" --arg data "$tmp/ipam" --arg log "$tmp/ib-sriov.log" '{
+# Everything the plugin writes goes under $tmp, which cleanup removes: its stateDir, the
+# IPAM dataDir, the log, and goCacheDir (the Go plugin's cache files ADD also writes for
+# a rollback; by default /var/lib/cni/ib-sriov, which would create /var/lib/cni on this
+# machine and stay after the demo).
+jq -n --arg vf "$vf_addr" --arg state "$tmp/state" --arg data "$tmp/ipam" --arg log "$tmp/ib-sriov.log" \
+    --arg gocache "$tmp/go-cache" '{
     cniVersion: "1.0.0",
     name: "ibdemo",
     type: "ib-sriov",
@@ -133,6 +140,7 @@ jq -n --arg vf "$vf_addr" --arg state "$tmp/state" --arg data "$tmp/ipam" --arg 
     runtimeConfig: {infinibandGUID: "02:00:00:00:00:00:de:01"},
     link_state: "enable",
     stateDir: $state,
+    goCacheDir: $gocache,
     logFile: $log,
     ipam: {
         type: "ib-sriov-ipam",

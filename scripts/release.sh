@@ -29,10 +29,11 @@
 # `git tag -a vX.Y.Z` and run this script.
 #
 # No release tag at HEAD (none, or HEAD moved past it): refused unless --snapshot. A
-# snapshot's version is X.Y.Z-dev.g<commit, 12 hex> (X.Y.Z from Cargo.toml): that is the
-# one case where a version is injected, as IB_SRIOV_VERSION, which `crate::version()`
-# (src/lib.rs) reads with option_env!, so the binaries' --version, the doctor report, the
-# image's version label and tag and every file name say it is not a release; so does
+# snapshot's version is X.Y.Z-dev.g<commit, 12 hex> (X.Y.Z from Cargo.toml). The
+# version is injected as IB_SRIOV_VERSION (a release's X.Y.Z, a snapshot's), which
+# build.rs hands to `crate::version()` (src/lib.rs; a build without it, any build outside
+# this script, says X.Y.Z-dev+g<commit>), so the binaries' --version, the doctor report,
+# the image's version label and tag and every file name say what it is; so does
 # BUILDINFO ("snapshot of <commit>, NOT A RELEASE"). (A semver pre-release with a `.`,
 # not `+g<sha>` build metadata: `+` is not allowed in an image tag.)
 #
@@ -175,7 +176,9 @@ build_once() {
         CARGO_HOME="$cargo_home" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
         CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 SOURCE_DATE_EPOCH="$epoch"
         IB_SRIOV_COMMIT="$short" IB_SRIOV_AUDITABLE=1 RUSTFLAGS="${flags[*]}")
-    ((snapshot == 0)) || envs+=(IB_SRIOV_VERSION="$version")
+    # The version the binaries call themselves: X.Y.Z for a release (without it build.rs
+    # would say X.Y.Z-dev+g<commit>, what every non-release build says), the snapshot's.
+    envs+=(IB_SRIOV_VERSION="$version")
     # Which crates are proc-macros (for the dependency lists).
     (cd "$src" && "${envs[@]}" cargo metadata --format-version 1 --locked --offline >"$work/metadata.json") ||
         die "cargo metadata failed (in $src)"

@@ -69,30 +69,76 @@ fn emit(v: &serde_json::Value) {
     let _ = out.flush();
 }
 
+/// Runs the call ([`run_call`]); a call refused before its log was opened (an
+/// environment or a configuration the plugin refuses) still leaves a line where the
+/// admin looks ([`init_refused_log`]).
 fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
+    let r = run_call(stdin);
+    if let Err(e) = &r {
+        if !crate::logging::installed() {
+            init_refused_log(stdin, log::LevelFilter::Error);
+            log::error!("{} refused: {e}", command_name());
+        }
+    }
+    r
+}
+
+/// `CNI_COMMAND` as the runtime set it (`?` when unset), for a refused call's record.
+fn command_name() -> String {
+    std::env::var("CNI_COMMAND").unwrap_or_else(|_| "?".into())
+}
+
+/// Opens the log of a call whose environment or configuration is refused, so the
+/// refusal is logged where the admin looks: the configuration's `logFile` when stdin is
+/// JSON naming one that the node policy allows ([`crate::policy::screen`]), at its
+/// `logLevel` when that is valid (`min` at least), else the journal (or stderr without
+/// journald), as a call without `logFile` logs. The prefix and journal fields are the
+/// raw `CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_IFNAME` (refused, so perhaps odd: logged as
+/// data, [`crate::logging`]).
+fn init_refused_log(stdin: &[u8], min: log::LevelFilter) {
+    let raw = serde_json::from_slice::<serde_json::Value>(stdin).ok();
+    let screened = raw
+        .as_ref()
+        .map(|v| screen(v, Path::new(HOST_ROOT), &[PathKey::LogFile]))
+        .unwrap_or_default();
+    let level = raw
+        .as_ref()
+        .and_then(|v| v.get("logLevel"))
+        .and_then(serde_json::Value::as_str)
+        .and_then(|s| crate::config::parse_level(s).ok())
+        .unwrap_or(log::LevelFilter::Info)
+        .max(min);
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let (cmd, cid, ifname) = (
+        var("CNI_COMMAND"),
+        var("CNI_CONTAINERID"),
+        var("CNI_IFNAME"),
+    );
+    crate::logging::init(
+        level,
+        screened.log_file.as_deref(),
+        format!("{cmd} {cid}/{ifname}"),
+        &[
+            ("CNI_COMMAND", &cmd),
+            ("CNI_CONTAINERID", &cid),
+            ("CNI_IFNAME", &ifname),
+        ],
+    );
+    for w in &screened.warnings {
+        log::warn!("{w}");
+    }
+}
+
+fn run_call(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     let is_del = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "DEL");
     let env = match CniEnv::from_process() {
         Ok(env) => env,
         // DEL of an attachment whose container ID or interface name ADD would have
         // refused: ADD made nothing, so there is nothing to delete (SPEC.md DEL).
         Err(e) if is_del => {
-            // The raw values (refused by ADD, so perhaps odd) name the call in the journal.
-            let (cid, ifname) = (
-                std::env::var("CNI_CONTAINERID").unwrap_or_default(),
-                std::env::var("CNI_IFNAME").unwrap_or_default(),
-            );
-            crate::logging::init(
-                log::LevelFilter::Info,
-                None,
-                "DEL".into(),
-                &[
-                    ("CNI_COMMAND", "DEL"),
-                    ("CNI_CONTAINERID", &cid),
-                    ("CNI_IFNAME", &ifname),
-                ],
-            );
+            init_refused_log(stdin, log::LevelFilter::Warn);
             log::warn!(
-                "DEL with an environment ADD refuses ({e}): nothing was made, nothing to do"
+                "DEL with an environment ADD refuses ({e}): ADD made nothing, nothing left to undo"
             );
             return Ok(None);
         }
@@ -107,7 +153,7 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
         Ok(c) => c,
         // DEL with a configuration ADD refuses: the journal (if any) holds ADD's.
         Err(e) if env.command == Command::Del => {
-            init_call_log(log::LevelFilter::Info, None, "", &env, &[]);
+            init_refused_log(stdin, log::LevelFilter::Warn);
             hold_termination_signals();
             // A path outside the node policy: ADD refused it, so nothing was made
             // through it, and nothing is touched through it now.
@@ -137,8 +183,13 @@ fn run(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     for w in conf.warnings.iter().chain(&screened.warnings) {
         log::warn!("{w}");
     }
-    if screened.verdict(env.command, "paths")? == Verdict::NothingTouched {
-        return Ok(None);
+    match screened.verdict(env.command, "paths") {
+        Ok(Verdict::NothingTouched) => return Ok(None),
+        Ok(_) => {}
+        Err(e) => {
+            log::error!("{} refused: {e}", env.command.as_str());
+            return Err(e);
+        }
     }
     // The node's defaults for keys the network leaves out (the node file's `defaults`;
     // none when the file could not be used, which ADD, CHECK and STATUS refused above).
@@ -231,7 +282,7 @@ pub fn version_string() -> String {
 }
 
 const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
-       ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
+       ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE]
 ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and

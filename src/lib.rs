@@ -29,15 +29,12 @@ pub mod sysfs;
 pub mod types;
 pub mod vfguid;
 
-/// The version this build calls itself (`ib-sriov --version`, the doctor report):
-/// `IB_SRIOV_VERSION` at build time when set and not empty, else Cargo's package version.
-/// Only `scripts/release.sh --snapshot` sets it (`X.Y.Z-dev.g<commit>`, so a snapshot is
-/// never mistaken for release X.Y.Z); a release is built from a tag `vX.Y.Z` that
-/// release.sh requires to equal Cargo.toml's version, so releases and plain builds use
-/// `CARGO_PKG_VERSION`.
+/// The version this build calls itself (`ib-sriov --version`, the doctor report, the Go
+/// cache files' writer), fixed by `build.rs`: a release says `X.Y.Z` (scripts/release.sh
+/// builds it from the tag `vX.Y.Z`, which must equal Cargo.toml's version, and passes it
+/// as `IB_SRIOV_VERSION`); a snapshot of release.sh `X.Y.Z-dev.g<commit>`; every other
+/// build, a plain `cargo build` of a checkout included, `X.Y.Z-dev+g<commit>` (12 hex),
+/// or `X.Y.Z-dev` when built without git and without `IB_SRIOV_COMMIT`.
 pub fn version() -> &'static str {
-    match option_env!("IB_SRIOV_VERSION") {
-        Some(v) if !v.is_empty() => v,
-        _ => env!("CARGO_PKG_VERSION"),
-    }
+    env!("IB_SRIOV_BUILD_VERSION")
 }

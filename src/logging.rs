@@ -159,6 +159,11 @@ pub fn to_stderr(line: &str) {
     }
 }
 
+/// Whether [`init`] has installed the logger of this process.
+pub fn installed() -> bool {
+    LOGGER.get().is_some()
+}
+
 /// Writes `line` (one line, no newline) through the installed logger at level error
 /// (to `logFile` or stderr), or to stderr under [`to_stderr`]'s rule when no logger is
 /// installed yet. For the panic hook: a panic message must never reach stdout.

@@ -136,7 +136,7 @@ impl fmt::Display for PciParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid PCI address {:?}: expected DDDD:BB:DD.F like 0000:af:00.2",
+            "invalid PCI address {:?}: expected [DDDD:]BB:DD.F in hex like 0000:af:00.2: domain up to 8 digits (default 0000), bus 00-ff, device 00-1f, function 0-7",
             self.0
         )
     }
@@ -399,6 +399,17 @@ mod tests {
         ] {
             assert!(bad.parse::<PciAddress>().is_err(), "{bad:?}");
         }
+        // The error says what is valid, the function's range included.
+        let e = "0000:af:00.8"
+            .parse::<PciAddress>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"0000:af:00.8\"")
+                && e.contains("function 0-7")
+                && e.contains("device 00-1f"),
+            "{e}"
+        );
     }
 
     #[test]

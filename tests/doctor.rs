@@ -79,6 +79,29 @@ impl HostRoot {
     fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// Makes directory `d` visible at its own path under the root (a bind mount).
+    fn bind(&mut self, d: &Path) {
+        std::fs::create_dir_all(d).unwrap();
+        let at = self.path().join(d.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(&at).unwrap();
+        nix::mount::mount(
+            Some(d),
+            &at,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap_or_else(|e| panic!("bind mount {d:?} on {at:?}: {e}"));
+        self.binds.push(at);
+    }
+
+    /// Writes `text` at node path `abs` under the root.
+    fn write(&self, abs: &str, text: &str) {
+        let at = self.path().join(abs.strip_prefix('/').unwrap());
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
 }
 
 /// Runs `ib-sriov doctor --host-root H --state-dir <stateDir> [extra]` in the emulated
@@ -104,7 +127,7 @@ fn normalize(lab: &Lab, h: &HostRoot, text: &str) -> String {
         .replace(&lab.state.display().to_string(), "<STATE>")
         .replace(kernel.trim(), "<KERNEL>")
         .replace(boot.trim(), "<BOOT>")
-        .replace(env!("CARGO_PKG_VERSION"), "<VERSION>");
+        .replace(ib_sriov_cni::version(), "<VERSION>");
     // Pod netns names carry the test process's PID: ibemu-<pid>-<n>-pod<k>.
     let prefix = lab
         .host
@@ -365,7 +388,8 @@ fn doctor_reports_each_finding_and_survives_hostile_files() {
         "error zero-guid",
         "error duplicate-guid",
         "error journal-unreadable",
-        "warning netdev-missing",
+        // VF 2 has no netdev and no holder, but unusable journals might hold it.
+        "warning holder-unknown",
         "warning allocations-of-another-boot",
         "warning ipam-orphans",
     ] {
@@ -541,6 +565,14 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     for f in [vf2.ofed_node(), vf2.ofed_port()] {
         std::fs::write(f.unwrap(), "00:00:00:00:00:00:00:00\n").unwrap();
     }
+    // The base configuration with `kv` set.
+    let with = |kv: &[(&str, Value)]| {
+        let mut c = base();
+        for (k, v) in kv {
+            c[*k] = v.clone();
+        }
+        c
+    };
     let zero_guid_vf = || {
         let mut c = lab.conf("1.0.0", 2);
         c["logLevel"] = json!("warn");
@@ -621,6 +653,43 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             c["ipam"]["dataDir"] = json!(planted.path().join("out/ipam"));
             c
         }),
+        // Every warning ADD logs (src/plugin/add.rs device_warnings, the IPAM
+        // configuration's, the parser's), each a row.
+        (
+            "relative logFile",
+            with(&[("logFile", json!("ib-sriov.log"))]),
+        ),
+        (
+            "pkey not in the VF's pkey table",
+            with(&[("pkey", json!("0x8005"))]),
+        ),
+        ("pkey with base key 0", with(&[("pkey", json!("0x8000"))])),
+        (
+            "top-level rangeStart without a top-level subnet",
+            with(&[(
+                "ipam",
+                json!({"type": "ib-sriov-ipam", "rangeStart": "10.56.217.10",
+                    "ranges": [[{"subnet": "10.56.217.0/24"}]], "dataDir": lab.data}),
+            )]),
+        ),
+        (
+            "top-level guid",
+            with(&[("guid", json!("02:00:00:00:00:00:00:42"))]),
+        ),
+        (
+            "deviceID and pciBusID disagree",
+            with(&[("pciBusID", json!(lab.host.vf(3).addr))]),
+        ),
+        // Every error, not only the first (ADD answers the first).
+        (
+            "three bad keys and a stateDir outside the node policy",
+            with(&[
+                ("pkey", json!("0x1ffff")),
+                ("link_state", json!("sideways")),
+                ("rdmaIsolation", json!("yes")),
+                ("stateDir", json!("/etc/ib-sriov-doctor-probe")),
+            ]),
+        ),
         ("logFile outside the node policy", {
             let mut c = base();
             c["logFile"] = json!("/etc/ib-sriov-doctor-probe.log");
@@ -701,6 +770,24 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             );
         }
         table.push_str(&format!("{name}\n  ADD and doctor: {add_text}\n"));
+        // The errors after ADD's answer: one conf-invalid finding each.
+        let errors: Vec<String> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "conf-invalid")
+            .map(|f| {
+                let m = f["message"].as_str().unwrap();
+                sys_text(m.split_once(": ").unwrap().1)
+            })
+            .collect();
+        assert_eq!(errors.is_empty(), add.ok, "{name}: {errors:?}");
+        if let Some(first) = errors.first() {
+            assert_eq!(first, &add_text, "{name}: the first error is ADD's answer");
+        }
+        for e in errors.iter().skip(1) {
+            table.push_str(&format!("  doctor, also: {e}\n"));
+        }
         for w in warnings {
             table.push_str(&format!("  doctor: {w}\n"));
         }
@@ -954,4 +1041,222 @@ fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
     );
     let found = check(&["--cni-path", "/nonexistent:/usr/lib/cni"]);
     assert_eq!(found["ok"], true, "{found}");
+}
+
+/// Standard base64 with padding, as Go's `encoding/json` writes a `[]byte` (libcni's
+/// cache `config`).
+fn base64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut o = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                o.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
+}
+
+/// A libcni result cache entry (containernetworking/cni `libcni/api.go` `cachedInfo`,
+/// commit 3f51e88) for attachment `cid`/net1 of configuration `conf`.
+fn libcni_cache(cid: &str, conf: &Value) -> String {
+    json!({
+        "kind": "cniCacheV1",
+        "containerId": cid,
+        "config": base64(conf.to_string().as_bytes()),
+        "ifName": "net1",
+        "networkName": conf["name"],
+        "result": {"cniVersion": "1.0.0"}
+    })
+    .to_string()
+}
+
+/// doctor never advises harm (issue 39): before it suggests a fix that touches a VF
+/// (an unbind/bind), it accounts for every holder it can find. Three node states, each
+/// a golden:
+/// - `harm-held-elsewhere`: VFs 0, 1 and 2 are in pods under three stateDirs other than
+///   the default and `--state-dir`: one named by a conflist in /etc/cni/net.d, one by a
+///   Multus configuration in /etc/cni/multus/net.d, one only by Multus' libcni cache of
+///   the attachment (a NetworkAttachmentDefinition's configuration). Each is shown held,
+///   and nothing is `netdev-missing` (before, all three were, with an unbind/bind fix
+///   that would pull them out of their live pods).
+/// - `harm-holder-unknown`: VF 0's stateDir cannot be read (the runtime's cache names
+///   the attachment, no journal or Go cache file answers), a file in /etc/cni/net.d names ib-sriov but is
+///   not JSON, and VF 2 has lost its netdev: every VF without a netdev is
+///   `holder-unknown`, with read-only advice, never an unbind/bind;
+/// - `harm-accounted`: every source read and VF 2 free: it alone is `netdev-missing`,
+///   with the rebind.
+#[test]
+fn doctor_never_advises_harm_to_a_vf_held_elsewhere() {
+    let lab = Lab::default();
+    let mut h = HostRoot::new(&lab);
+    let dir = |tag: &str| PathBuf::from(format!("{}-{tag}", lab.state.display()));
+    let (netd, multus, nad, hidden) = (dir("netd"), dir("multus"), dir("nad"), dir("hidden"));
+    for d in [&netd, &multus, &nad] {
+        h.bind(d);
+    }
+    let conf = |vf: u32, state: &Path| {
+        let mut c = lab.conf("1.0.0", vf);
+        c["stateDir"] = json!(state);
+        c
+    };
+    let (c0, c1, c2) = (conf(0, &netd), conf(1, &multus), conf(2, &nad));
+    let pods = [lab.host.new_pod(), lab.host.new_pod(), lab.host.new_pod()];
+    for (i, c) in [&c0, &c1, &c2].into_iter().enumerate() {
+        lab.add(&format!("c{i}"), &pods[i], c).expect_ok();
+    }
+    // What names each stateDir on the node. The conflist without its deviceID, as a
+    // network is written; Multus' configuration with the network as a delegate.
+    let mut listed = c0.clone();
+    listed.as_object_mut().unwrap().remove("deviceID");
+    h.write(
+        "/etc/cni/net.d/20-ib.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "ibnet", "plugins": [listed]}).to_string(),
+    );
+    h.write(
+        "/etc/cni/multus/net.d/ib-multus.conf",
+        &json!({"cniVersion": "1.0.0", "name": "multus", "type": "multus", "delegates": [c1]})
+            .to_string(),
+    );
+    h.write(
+        "/var/lib/cni/multus/results/ibnet-c2-net1",
+        &libcni_cache("c2", &c2),
+    );
+    let (j, rc) = check_golden(&lab, &h, "harm-held-elsewhere");
+    assert_eq!(rc, 0, "{j}");
+    let c = codes(&j);
+    assert!(
+        !c.iter()
+            .any(|x| x.ends_with("netdev-missing") || x.ends_with("holder-unknown")),
+        "{c:?}"
+    );
+    for vf in 0..3 {
+        assert_eq!(
+            j["vfs"][vf]["holders"][0]["containerId"],
+            format!("c{vf}"),
+            "{j}"
+        );
+    }
+
+    // VF 0 moves to a stateDir the doctor cannot see; a configuration file is broken;
+    // VF 2 is released and loses its netdev.
+    lab.del("c0", pods[0].netns(), &c0).expect_ok();
+    // Without the Go cache copy ADD writes, which the doctor would find.
+    let mut c0h = conf(0, &hidden);
+    c0h["goCacheDir"] = json!("");
+    lab.add("c0", &pods[0], &c0h).expect_ok();
+    h.write(
+        "/var/lib/cni/results/ibnet-c0-net1",
+        &libcni_cache("c0", &c0h),
+    );
+    std::fs::remove_file(h.path().join("etc/cni/net.d/20-ib.conflist")).unwrap();
+    h.write("/etc/cni/net.d/30-broken.conf", "{\"type\": \"ib-sriov\", ");
+    lab.del("c2", pods[2].netns(), &c2).expect_ok();
+    std::fs::remove_file(h.path().join("var/lib/cni/multus/results/ibnet-c2-net1")).unwrap();
+    let peer = lab.host.vf(2).peer.clone().unwrap();
+    lab.host.host_ip(&["link", "del", &peer]);
+    lab.host.sync_netdevs().unwrap();
+    let (j, _) = check_golden(&lab, &h, "harm-holder-unknown");
+    let unknown: Vec<&Value> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "holder-unknown")
+        .collect();
+    let subjects: Vec<&str> = unknown
+        .iter()
+        .map(|f| f["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        [lab.host.vf(0).addr.as_str(), lab.host.vf(2).addr.as_str()],
+        "{j}"
+    );
+    assert!(
+        !codes(&j).iter().any(|x| x.ends_with("netdev-missing")),
+        "{j}"
+    );
+    for f in unknown {
+        assert!(
+            f["fix"].as_str().unwrap().starts_with("do not unbind/bind"),
+            "{f}"
+        );
+    }
+
+    // Everything read, VF 0 released: VF 2 alone gets the rebind.
+    std::fs::remove_file(h.path().join("etc/cni/net.d/30-broken.conf")).unwrap();
+    lab.del("c0", pods[0].netns(), &c0h).expect_ok();
+    std::fs::remove_file(h.path().join("var/lib/cni/results/ibnet-c0-net1")).unwrap();
+    lab.host.sync_netdevs().unwrap();
+    let (j, _) = check_golden(&lab, &h, "harm-accounted");
+    let missing: Vec<&Value> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "netdev-missing" || f["code"] == "holder-unknown")
+        .collect();
+    assert_eq!(missing.len(), 1, "{j}");
+    assert_eq!(missing[0]["code"], "netdev-missing");
+    assert_eq!(missing[0]["subject"], lab.host.vf(2).addr.as_str());
+    lab.del("c1", pods[1].netns(), &c1).expect_ok();
+    for d in [&netd, &multus, &nad, &hidden] {
+        let left: Vec<_> = std::fs::read_dir(d)
+            .map(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.iter().all(|n| !n.to_string_lossy().contains(':')),
+            "{d:?}: {left:?}"
+        );
+    }
+    drop(h);
+    for d in [&netd, &multus, &nad, &hidden] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// `--state-dir` is repeatable and must be absolute.
+#[test]
+fn doctor_takes_state_dir_more_than_once_and_refuses_a_relative_one() {
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--state-dir", "run/ib-sriov"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an absolute path"));
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "doctor",
+            "--json",
+            "--state-dir",
+            "/run/a",
+            "--state-dir",
+            "/run/b",
+            "--host-root",
+        ])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dirs: Vec<(&str, &str)> = j["holderSources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "stateDir")
+        .map(|s| (s["path"].as_str().unwrap(), s["from"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        dirs,
+        [
+            ("/run/ib-sriov", "default"),
+            ("/run/a", "--state-dir"),
+            ("/run/b", "--state-dir")
+        ]
+    );
 }

@@ -828,3 +828,55 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
         );
     }
 }
+
+/// Every call leaves a line where the admin looks (issue 39): a NAD with a malformed
+/// `deviceID` (function 8) gets ADD refused with code 7, naming what is valid, and the
+/// refusal is in the configured `logFile`; each DEL of it succeeds and says so there,
+/// with "nothing left to undo" (also for a DEL repeated after a completed one).
+#[test]
+fn a_refused_call_is_logged_to_the_configured_log_file() {
+    let lab = Lab::default();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("ib-sriov.log");
+    let mut c = lab.conf("1.0.0", 0);
+    c["deviceID"] = json!("0000:af:00.8");
+    c["logFile"] = json!(log);
+    c["logLevel"] = json!("info");
+    let pod = lab.host.new_pod();
+    let e = lab.add("bad", &pod, &c).expect_code(7);
+    let msg = msg_of(&e);
+    assert!(
+        msg.contains("0000:af:00.8") && msg.contains("function 0-7"),
+        "{msg}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("ADD bad/net1")
+            && text.contains("ADD refused")
+            && text.contains("function 0-7"),
+        "{text}"
+    );
+    for _ in 0..2 {
+        lab.del("bad", pod.netns(), &c).expect_ok();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let dels: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("DEL bad/net1") && l.contains("nothing left to undo"))
+        .collect();
+    assert_eq!(dels.len(), 2, "{text}");
+    // A DEL repeated after a completed ADD and DEL.
+    let mut ok = lab.conf("1.0.0", 0);
+    ok["logFile"] = json!(log);
+    ok["logLevel"] = json!("info");
+    lab.add("good", &pod, &ok).expect_ok();
+    lab.del("good", pod.netns(), &ok).expect_ok();
+    lab.del("good", pod.netns(), &ok).expect_ok();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("DEL good/net1") && l.contains("nothing left to undo")),
+        "{text}"
+    );
+    assert!(!text.contains("ADD made nothing to restore"), "{text}");
+}

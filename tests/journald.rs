@@ -475,3 +475,32 @@ exit 1
         .unwrap_or_else(|| panic!("{journal}"));
     check_journalctl_entry(&entry, &cid);
 }
+
+/// A call refused before its configuration could be parsed (stdin is not JSON, so no
+/// `logFile` can be known) is logged to the journal, naming the command and the reason.
+#[test]
+fn a_call_refused_before_parsing_is_logged_to_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receive_all(sock, stop.clone());
+    let cid = marker("refused");
+    let out = add_with_journal_socket(&sock_path, &cid, "{\"cniVersion\": ");
+    stop.store(true, Ordering::SeqCst);
+    let got = rx.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(err["code"], 6, "{err}");
+    let entries: Vec<_> = got.iter().skip(1).map(|d| decode(d)).collect();
+    let refused = entries
+        .iter()
+        .find(|e| e["MESSAGE"].contains("ADD refused"))
+        .unwrap_or_else(|| panic!("no 'ADD refused' entry: {entries:#?}"));
+    assert_eq!(refused["PRIORITY"], "3", "{refused:#?}");
+    assert_eq!(refused["CNI_CONTAINERID"], cid, "{refused:#?}");
+    assert!(
+        refused["MESSAGE"].contains("cannot decode the network configuration"),
+        "{refused:#?}"
+    );
+}

@@ -123,10 +123,30 @@ fn plugin_is_static_and_runs_with_an_empty_environment() {
     assert!(
         line.starts_with(&format!(
             "ib-sriov cni version:{}, commit:",
-            env!("CARGO_PKG_VERSION")
+            ib_sriov_cni::version()
         )),
         "{line}"
     );
+    // Not a release (scripts/release.sh sets IB_SRIOV_VERSION): X.Y.Z-dev+g<commit>,
+    // the commit the line names too (a build from a git checkout, as CI's).
+    if std::env::var_os("IB_SRIOV_VERSION").is_none() {
+        let commit = line
+            .split("commit:")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        assert_eq!(
+            ib_sriov_cni::version(),
+            format!("{}-dev+g{commit}", env!("CARGO_PKG_VERSION")),
+            "{line}"
+        );
+        assert!(
+            commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{line}"
+        );
+    }
 }
 
 #[test]

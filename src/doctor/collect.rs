@@ -22,8 +22,10 @@ pub struct Paths {
     pub root: PathBuf,
     /// `<root>/sys`, or `$IB_SRIOV_SYSFS_ROOT` without `--host-root`.
     pub sys: PathBuf,
-    /// Journal directories: `<root>/run/ib-sriov` (or `--state-dir`).
-    pub state: PathBuf,
+    /// Each `--state-dir`, as the node names it; read besides the default
+    /// `/run/ib-sriov` and every stateDir the CNI configurations name
+    /// ([`super::holders::discover`]).
+    pub extra_state: Vec<PathBuf>,
     /// The Go plugin's cache, also where earlier versions of ours journaled:
     /// `<root>/var/lib/cni/ib-sriov`.
     pub legacy: PathBuf,
@@ -38,11 +40,11 @@ pub struct Paths {
 
 impl Paths {
     /// The paths under `root`; `sys` overridden when given.
-    pub fn under(root: &Path, sys: Option<PathBuf>, state: Option<PathBuf>) -> Paths {
+    pub fn under(root: &Path, sys: Option<PathBuf>) -> Paths {
         Paths {
             root: root.to_path_buf(),
             sys: sys.unwrap_or_else(|| root.join("sys")),
-            state: state.unwrap_or_else(|| root.join("run/ib-sriov")),
+            extra_state: Vec::new(),
             legacy: root.join("var/lib/cni/ib-sriov"),
             networks: root.join("var/lib/cni/networks"),
             guid_file: root.join(
@@ -83,6 +85,11 @@ pub enum Note {
     /// `none`: ADD wrote none (a version before `goCacheDir`, or `goCacheDir` `""`);
     /// `gone`: the Go plugin's DEL undid the attachment and removed it).
     GoCache(String, String, &'static str),
+    /// A holder source that could not be read, or a record that could not be matched:
+    /// not every holder of a VF is accounted for ([`super::holders`]).
+    Unaccounted(String),
+    /// A runtime's record that an attachment holds a VF ([`super::holders::Claim`]).
+    Claim(super::holders::Claim),
 }
 
 /// Reads `path`, at most [`MAX_ATTR`] bytes, trimmed; `None` when unreadable.
@@ -103,9 +110,31 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             None
         }
     };
-    let journals = journal_list(paths, &mut notes);
+    let found = super::holders::discover(paths, &paths.extra_state);
+    let journals = journal_list(&found, paths, &mut notes);
     let (by_vf, go) = holders(paths, &journals, &mut notes);
+    notes.extend(found.unaccounted.iter().cloned().map(Note::Unaccounted));
+    // A runtime's record no journal and no Go cache file answers.
+    for c in &found.claims {
+        let answered = by_vf
+            .get(&c.vf)
+            .into_iter()
+            .chain(go.get(&c.vf))
+            .flatten()
+            .any(|h| {
+                c.attachment
+                    == format!(
+                        "{}/{}",
+                        h.container_id,
+                        h.ifname.as_deref().unwrap_or_default()
+                    )
+            });
+        if !answered {
+            notes.push(Note::Claim(c.clone()));
+        }
+    }
     let mut report = Report {
+        holder_sources: found.sources.clone(),
         schema_version: super::report::SCHEMA_VERSION,
         plugin_version: crate::version().to_string(),
         host_root: paths.root.display().to_string(),
@@ -412,32 +441,48 @@ fn pf_vf_configs(
     }
 }
 
-/// Our journals (both directories), unreadable ones noted.
-fn journal_list(paths: &Paths, notes: &mut Vec<Note>) -> Vec<Journal> {
-    let store = JournalStore::with_legacy(&paths.state, &paths.legacy);
-    match store.list() {
-        Ok((ok, bad)) => {
-            for e in bad {
-                let path = match &e {
-                    crate::journal::JournalError::Io(p, _)
-                    | crate::journal::JournalError::Unreadable(p, _)
-                    | crate::journal::JournalError::Exists(p) => p.display().to_string(),
-                    crate::journal::JournalError::Mismatch { path, .. } => {
-                        path.display().to_string()
-                    }
-                };
-                notes.push(Note::BadJournal(path, e.to_string()));
+/// Our journals: every stateDir found ([`super::holders::discover`]; a directory reached
+/// by two paths read once, by identity) and the Go cache dir, where earlier versions
+/// journaled. Unreadable ones noted.
+fn journal_list(
+    found: &super::holders::Found,
+    paths: &Paths,
+    notes: &mut Vec<Note>,
+) -> Vec<Journal> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (i, (dir, _, _)) in found.state_dirs.iter().enumerate() {
+        if let Ok(m) = std::fs::metadata(dir) {
+            if !seen.insert((m.dev(), m.ino())) {
+                continue;
             }
-            ok
         }
-        Err(e) => {
-            notes.push(Note::Unreadable(
-                paths.state.display().to_string(),
-                e.to_string(),
-            ));
-            Vec::new()
+        let store = if i == 0 {
+            JournalStore::with_legacy(dir, &paths.legacy)
+        } else {
+            JournalStore::new(dir)
+        };
+        match store.list() {
+            Ok((ok, bad)) => {
+                for e in bad {
+                    let path = match &e {
+                        crate::journal::JournalError::Io(p, _)
+                        | crate::journal::JournalError::Unreadable(p, _)
+                        | crate::journal::JournalError::Exists(p) => p.display().to_string(),
+                        crate::journal::JournalError::Mismatch { path, .. } => {
+                            path.display().to_string()
+                        }
+                    };
+                    notes.push(Note::Unaccounted(format!("{path}: unusable")));
+                    notes.push(Note::BadJournal(path, e.to_string()));
+                }
+                out.extend(ok);
+            }
+            Err(e) => notes.push(Note::Unreadable(dir.display().to_string(), e.to_string())),
         }
     }
+    out
 }
 
 /// Whether the journal's pod netns still exists and is the one ADD recorded.
@@ -531,7 +576,10 @@ fn holders(
                     complete: None,
                     vfio: g.vfio,
                 }),
-                Err(e) => notes.push(Note::BadJournal(p.display().to_string(), e)),
+                Err(e) => {
+                    notes.push(Note::Unaccounted(format!("{}: unusable", p.display())));
+                    notes.push(Note::BadJournal(p.display().to_string(), e));
+                }
             }
         }
     }

@@ -30,6 +30,57 @@ fn vf_has_guid(vf: &super::report::Vf) -> bool {
     }
 }
 
+/// The finding for a VF bound to a netdev driver with no netdev in the host and no
+/// holder found. Its netdev may be in a live pod whose holder the doctor could not see,
+/// and an unbind/bind would pull it out of that pod: so the fix touches the VF
+/// (`netdev-missing`) only when every holder source was read and no runtime record
+/// names the VF; otherwise it is `holder-unknown`, with read-only advice.
+fn without_netdev(
+    vf: &super::report::Vf,
+    claims: &[&super::holders::Claim],
+    unaccounted: &[&str],
+) -> Finding {
+    let driver = vf.driver.as_deref().unwrap_or("?");
+    let mine: Vec<String> = claims
+        .iter()
+        .filter(|c| c.vf == vf.pci)
+        .map(|c| {
+            format!(
+                "{} records attachment {} on it (stateDir {}), and no journal or Go cache file of it was found",
+                c.file, c.attachment, c.state_dir
+            )
+        })
+        .collect();
+    let read_only = "do not unbind/bind it or write its GUID: it may be in a live pod. Find its holder first (the pods on this node with an InfiniBand network; `ip -all netns exec ip -o link` shows netdevs in pod netns); make the sources above readable, or rerun the doctor with --state-dir DIR for a stateDir no configuration on this node names: it suggests a fix only once every holder is accounted for";
+    let why = if !mine.is_empty() {
+        format!(": {}", mine.join("; "))
+    } else if !unaccounted.is_empty() {
+        format!(
+            " and no holder found, but not every holder could be accounted for: {}",
+            unaccounted.join("; ")
+        )
+    } else {
+        String::new()
+    };
+    if !why.is_empty() {
+        let msg = format!(
+            "VF {} is bound to {driver} with no netdev in the host{why}",
+            vf.pci
+        );
+        return finding(Severity::Warning, "holder-unknown", &vf.pci, msg, read_only);
+    }
+    finding(
+        Severity::Warning,
+        "netdev-missing",
+        &vf.pci,
+        format!(
+            "VF {} is bound to {driver} but has no netdev in the host and no attachment in any stateDir, the Go cache or the runtimes' records (holder sources above)",
+            vf.pci
+        ),
+        "rebind it: echo <BDF> > /sys/bus/pci/drivers/<driver>/unbind, then > .../bind (udev names the new netdev)",
+    )
+}
+
 /// Evaluates every rule over the report and the collector's notes; sorted most severe
 /// first, then by code and subject.
 pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
@@ -99,9 +150,27 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 format!("{att} (VF {vf}) was undone by the Go ib-sriov-cni's DEL (its cache file is gone); the journal is left from before the rollback"),
                 "nothing to do: the next DEL or GC of it drops the journal without touching the VF",
             )),
-            Note::IbKubernetes(_) | Note::WantsIsolation(_) => {}
+            Note::IbKubernetes(_)
+            | Note::WantsIsolation(_)
+            | Note::Unaccounted(_)
+            | Note::Claim(_) => {}
         }
     }
+    let mut unaccounted: Vec<&str> = notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::Unaccounted(why) => Some(why.as_str()),
+            _ => None,
+        })
+        .collect();
+    unaccounted.sort();
+    let claims: Vec<&super::holders::Claim> = notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::Claim(c) => Some(c),
+            _ => None,
+        })
+        .collect();
     let mut guids: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for vf in &r.vfs {
         for h in &vf.holders {
@@ -129,7 +198,7 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                         "VF {} is bound to vfio-pci but {} attached it as a netdev VF",
                         vf.pci, h.container_id
                     ),
-                    "rebind the VF to mlx5_core, or give the network vfioPciMode (the SR-IOV device plugin's resource decides the driver)",
+                    "do not rebind it while it may serve a vfio user (a VM or DPDK pod of the SR-IOV device plugin's vfio pool holds it without any CNI record): find who bound it to vfio-pci; if the attachment is wrong, DEL it; if the network is a vfio one, give it vfioPciMode (the device plugin's resource decides the driver)",
                 ));
             }
         }
@@ -159,17 +228,7 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
             && vf.netdevs.is_empty()
             && vf.holders.is_empty()
         {
-            out.push(finding(
-                Warning,
-                "netdev-missing",
-                &vf.pci,
-                format!(
-                    "VF {} is bound to {} but has no netdev in the host and no attachment",
-                    vf.pci,
-                    vf.driver.as_deref().unwrap_or("?")
-                ),
-                "rebind it: echo <BDF> > /sys/bus/pci/drivers/<driver>/unbind, then > .../bind (udev names the new netdev)",
-            ));
+            out.push(without_netdev(vf, &claims, &unaccounted));
         }
     }
     for n in notes {

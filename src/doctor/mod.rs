@@ -4,12 +4,13 @@
 //! first argument cannot collide with a CNI invocation.
 //!
 //! ```text
-//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE]
+//! ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE] [--cni-path DIRS]
 //! ```
 //! Exit status: 0 with no finding of severity `error`, 1 with one, 2 for bad arguments.
 
 pub mod collect;
 pub mod findings;
+pub mod holders;
 pub mod report;
 pub mod text;
 
@@ -22,11 +23,13 @@ const MAX_CONF: u64 = 4 << 20;
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR] [--guid-file FILE] [--cni-path DIRS]
+    "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE] [--cni-path DIRS]
   --json           the report as JSON (schemaVersion 1, docs/operations.md \"Diagnosing a node\")
   --conf FILE      also validate a network configuration or conflist as ADD would
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
-  --state-dir DIR  the plugin's stateDir when not the default /run/ib-sriov (under the host root)
+  --state-dir DIR  also read the journals in this stateDir (repeatable; under the host root). Always read:
+                   /run/ib-sriov and every stateDir named by the configurations in /etc/cni/net.d,
+                   /etc/cni/multus/net.d and the runtimes' caches /var/lib/cni/results, /var/lib/cni/multus/results
   --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)
   --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated; default /opt/cni/bin, under the host root)";
 
@@ -36,7 +39,7 @@ struct Args {
     json: bool,
     conf: Option<PathBuf>,
     host_root: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
+    state_dirs: Vec<PathBuf>,
     guid_file: Option<PathBuf>,
     cni_path: Option<PathBuf>,
 }
@@ -54,7 +57,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--json" => a.json = true,
             "--conf" => a.conf = Some(value("--conf")?),
             "--host-root" => a.host_root = Some(value("--host-root")?),
-            "--state-dir" => a.state_dir = Some(value("--state-dir")?),
+            "--state-dir" => a.state_dirs.push(value("--state-dir")?),
             "--guid-file" => a.guid_file = Some(value("--guid-file")?),
             "--cni-path" => a.cni_path = Some(value("--cni-path")?),
             "-h" | "--help" => return Err(String::new()),
@@ -87,16 +90,20 @@ pub fn run(args: &[String]) -> i32 {
             return 2;
         }
     }
+    if let Some(d) = a.state_dirs.iter().find(|d| !d.is_absolute()) {
+        eprintln!(
+            "ib-sriov doctor: --state-dir {}: not an absolute path (the stateDir as the node names it)",
+            d.display()
+        );
+        return 2;
+    }
     let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let sys = match a.host_root {
         Some(_) => None,
         None => Some(crate::sysfs::Sysfs::from_env().root().to_path_buf()),
     };
-    let state = a
-        .state_dir
-        .as_ref()
-        .map(|d| collect::Paths::under(&root, None, None).host(d));
-    let mut paths = collect::Paths::under(&root, sys, state);
+    let mut paths = collect::Paths::under(&root, sys);
+    paths.extra_state = a.state_dirs.clone();
     if let Some(g) = &a.guid_file {
         paths.guid_file = paths.host(g);
     }
@@ -190,8 +197,9 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 
 /// Validates a network configuration (`type: ib-sriov`) or a conflist (each ib-sriov
 /// entry of `plugins`, with the list's `name` and `cniVersion`, as libcni passes them)
-/// as ADD does before touching the host ([`conf_error`]), and reports the keys nothing
-/// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
+/// as ADD does before touching the host ([`conf_verdict`]), and reports every error
+/// (one `conf-invalid` each; the check's `error` is the first, ADD's answer), the keys
+/// nothing reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
 /// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
 /// device, i.e. one Multus fills on every node (`conf-node-local-range`), and, when the
 /// RDMA netns mode (`rdma_mode`) is exclusive, how the RDMA device and the IPoIB netdev
@@ -259,92 +267,154 @@ fn check_conf(
             .and_then(|n| n.as_str())
             .unwrap_or("?")
             .to_string();
-        match conf_error(&e, paths, vf_guids) {
-            Ok(conf) => {
-                let chain = rdma_chain_finding(&e, &conf, rdma_after, rdma_mode);
-                let refused = chain.as_ref().filter(|f| f.severity == Severity::Error);
-                let error = refused.map(|f| f.message.clone());
-                let refused = refused.is_some();
-                findings.extend(chain.map(|mut f| {
-                    f.subject = subject.clone();
-                    f.message = format!("network {name}: {}", f.message);
-                    f
-                }));
-                for w in &conf.warnings {
-                    let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
-                    findings.push(Finding {
-                        severity: Severity::Warning,
-                        code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
-                        subject: subject.clone(),
-                        message: format!("network {name}: {w}"),
-                        fix: if unknown {
-                            "correct or remove the key: ADD ignores it (and logs this warning)"
-                        } else {
-                            "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
-                        }
-                        .into(),
-                    });
+        let v = conf_verdict(&e, paths, vf_guids);
+        for w in &v.warnings {
+            let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
+            findings.push(Finding {
+                severity: Severity::Warning,
+                code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
+                subject: subject.clone(),
+                message: format!("network {name}: {w}"),
+                fix: if unknown {
+                    "correct or remove the key: ADD ignores it (and logs this warning)"
+                } else {
+                    "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
                 }
-                let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
-                if builtin && conf.device_id.is_none() {
-                    findings.push(Finding {
-                        severity: Severity::Warning,
-                        code: "conf-node-local-range".into(),
-                        subject: subject.clone(),
-                        message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
-                        fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
-                    });
+                .into(),
+            });
+        }
+        for err in &v.errors {
+            findings.push(bad(format!(
+                "network {name}: code {}: {}",
+                err.code, err.msg
+            )));
+        }
+        // rdma-cni chained after ib-sriov, judged once the configuration is valid: its
+        // refusal is the check's error.
+        let mut refused = None;
+        if let Some(conf) = v.conf.as_ref().filter(|_| v.errors.is_empty()) {
+            if let Some(mut f) = rdma_chain_finding(&e, conf, rdma_after, rdma_mode) {
+                if f.severity == Severity::Error {
+                    refused = Some(f.message.clone());
                 }
-                checks.push(ConfCheck {
-                    name,
-                    ok: !refused,
-                    error,
-                })
+                f.subject = subject.clone();
+                f.message = format!("network {name}: {}", f.message);
+                findings.push(f);
             }
-            Err(err) => {
-                let text = format!("code {}: {}", err.code, err.msg);
-                findings.push(bad(format!("network {name}: {text}")));
-                checks.push(ConfCheck {
-                    name,
-                    ok: false,
-                    error: Some(text),
+            let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
+            if builtin && conf.device_id.is_none() {
+                findings.push(Finding {
+                    severity: Severity::Warning,
+                    code: "conf-node-local-range".into(),
+                    subject: subject.clone(),
+                    message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
+                    fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
                 });
             }
         }
+        checks.push(ConfCheck {
+            name,
+            ok: v.errors.is_empty() && refused.is_none(),
+            // ADD's answer: the first error (else the chain's refusal).
+            error: v
+                .errors
+                .first()
+                .map(|e| format!("code {}: {}", e.code, e.msg))
+                .or(refused),
+        });
     }
     (checks, findings)
 }
 
-/// The configuration `e` as ADD parses and checks it before any change: the keys
-/// ([`crate::config::NetConf::parse`]), its paths against the node policy read under the
-/// host root ([`crate::policy::screen`]; a `logFile` outside it is a warning, as ADD
-/// logs it), the IPAM configuration (the built-in one parsed;
-/// `dhcp` refused; a delegated plugin looked up in `/opt/cni/bin`, or `--cni-path`, under
-/// the host root, as ADD looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device under the host root
-/// (`--host-root`) with its vfio mode ([`crate::plugin::device_and_mode`]) and the RDMA
-/// isolation rule against this node's RDMA netns mode
-/// ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose GUID is not
-/// usable (`vf_guids`: the GUID the report read for it) needs a GUID from the pod, else
-/// one from `guidFile` (read under the host root) or `deriveGuid`, else ADD answers
-/// code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted `guidFile`
-/// is code 7 too. Rules that need the pod are not checked: whether it carries a GUID
-/// (a configuration that gives none is judged as a pod without one), ib-kubernetes'
-/// annotation.
+/// What `doctor --conf` finds in one configuration: every error ADD could answer (the
+/// first is the one it does answer) and every warning it would log.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// The errors, ADD's answer first.
+    errors: Vec<crate::cni::CniError>,
+    /// The warnings ADD logs, in its order.
+    warnings: Vec<String>,
+    /// The parsed configuration, when it parses.
+    conf: Option<crate::config::NetConf>,
+}
+
+impl Verdict {
+    /// Records `e` unless an error with the same message is there already.
+    fn error(&mut self, e: crate::cni::CniError) {
+        if !self.errors.iter().any(|x| x.msg == e.msg) {
+            self.errors.push(e);
+        }
+    }
+}
+
+/// Every error [`crate::config::NetConf::parse`] finds in `e`: its own answer first,
+/// then the answer for each other top-level key alone (with `cniVersion`, `name` and
+/// `type`), so one bad key does not hide another. The parser is the one ADD runs, key
+/// by key: no second list of rules.
+fn parse_errors(e: &serde_json::Value, v: &mut Verdict) -> Option<crate::config::NetConf> {
+    let parse = |x: &serde_json::Value| crate::config::NetConf::parse(x.to_string().as_bytes());
+    match parse(e) {
+        Ok(c) => return Some(c),
+        Err(err) => v.error(err),
+    }
+    let obj = e.as_object()?;
+    const BASE: [&str; 3] = ["cniVersion", "name", "type"];
+    let base: serde_json::Map<String, serde_json::Value> = obj
+        .iter()
+        .filter(|(k, _)| BASE.contains(&k.as_str()))
+        .map(|(k, x)| (k.clone(), x.clone()))
+        .collect();
+    for (k, x) in obj.iter().filter(|(k, _)| !BASE.contains(&k.as_str())) {
+        let mut one = base.clone();
+        one.insert(k.clone(), x.clone());
+        if let Err(err) = parse(&serde_json::Value::Object(one)) {
+            v.error(err);
+        }
+    }
+    None
+}
+
+/// The configuration `e` as ADD parses and checks it before any change, every check
+/// that can run ([`Verdict`]): the keys ([`crate::config::NetConf::parse`], each bad
+/// key reported, [`parse_errors`]) and their warnings, its paths against the node policy
+/// read under the host root ([`crate::policy::screen`]; a `logFile` outside it is a
+/// warning, as ADD logs it), the IPAM configuration (the built-in one parsed, with the
+/// warnings it logs, [`crate::ipam::config_warnings`]; `dhcp` refused; a delegated
+/// plugin looked up in `/opt/cni/bin`, or `--cni-path`, under the host root, as ADD
+/// looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device
+/// under the host root (`--host-root`) with its vfio mode
+/// ([`crate::plugin::device_and_mode`]) and the warnings ADD logs about it
+/// ([`crate::plugin::device_warnings`]), the RDMA isolation rule against this node's
+/// RDMA netns mode ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose
+/// GUID is not usable (`vf_guids`: the GUID the report read for it) needs a GUID from
+/// the pod, else one from `guidFile` (read under the host root) or `deriveGuid`, else
+/// ADD answers code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted
+/// `guidFile` is code 7 too. Rules that need the pod are not checked: whether it
+/// carries a GUID (a configuration that gives none is judged as a pod without one),
+/// ib-kubernetes' annotation.
 ///
-/// Errors: the [`crate::cni::CniError`] ADD would answer, before touching the host.
-fn conf_error(
+/// The checks run in ADD's order, so the first error is the one ADD answers.
+fn conf_verdict(
     e: &serde_json::Value,
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
-) -> Result<crate::config::NetConf, crate::cni::CniError> {
-    let mut conf = crate::config::NetConf::parse(e.to_string().as_bytes())?;
-    // The node policy of the configuration's paths, as ADD applies it (crate::cli), and
-    // the node file's defaults for the keys the configuration lacks.
+) -> Verdict {
+    let mut v = Verdict::default();
+    let parsed = parse_errors(e, &mut v);
+    // The node policy of the configuration's paths, as ADD applies it (crate::cli).
     let screened = crate::policy::screen(e, &paths.root, &crate::policy::PathKey::ALL);
     if let Some(err) = screened.refusal() {
-        return Err(err);
+        v.error(err);
     }
-    conf.warnings.extend(screened.warnings);
+    let Some(mut conf) = parsed else {
+        return v;
+    };
+    v.warnings.extend(conf.warnings.iter().cloned());
+    v.warnings.extend(screened.warnings);
+    if let Some(ipam) = conf.ipam.as_ref().filter(|i| crate::ipam::is_builtin(i)) {
+        v.warnings.extend(crate::ipam::config_warnings(ipam));
+    }
+    // The node file's defaults for the keys the configuration lacks, as ADD applies them.
     screened.defaults.apply(&mut conf);
     // The IPAM as ADD chooses it, a delegated plugin looked up where the runtime's
     // CNI_PATH would look; named as the node names it, not under the host root.
@@ -353,43 +423,57 @@ fn conf_error(
         .iter()
         .map(|d| d.display().to_string())
         .collect();
-    crate::plugin::ipam_for(&conf, &dirs).map_err(|mut e| {
+    if let Err(mut err) = crate::plugin::ipam_for(&conf, &dirs) {
         let root = paths.root.display().to_string();
         if root != "/" {
-            e.msg = e.msg.replace(&root, "");
+            err.msg = err.msg.replace(&root, "");
         }
-        e
-    })?;
+        v.error(err);
+    }
     if let Some(addr) = conf.device_id {
-        let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
-        let (dev, _, vfio) = crate::plugin::device_and_mode(&sysfs, &conf, addr)?;
-        crate::plugin::rdma::plan_for(conf.rdma_isolation, &*rdma_provider(), &sysfs, &dev, vfio)?;
-        let is_vf = dev.pf != dev.addr;
-        let cur = vf_guids.get(&addr.to_string()).copied().flatten();
-        if let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) {
-            if conf.guid.is_none() && !conf.ib_kubernetes_enabled {
-                let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
-                let file = paths.host(&conf.guid_file);
-                match crate::vfguid::choose(&file, conf.derive_guid, &pf, dev.vf_index) {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        return Err(crate::plugin::no_usable_guid(addr, g, &conf.guid_file))
-                    }
-                    // Named as the node names it, not under the host root.
-                    Err(e) => {
-                        return Err(crate::cni::CniError::config(format!(
-                            "VF {addr} has no usable GUID: {}",
-                            e.to_string().replace(
-                                &file.display().to_string(),
-                                &conf.guid_file.display().to_string()
-                            )
-                        )))
-                    }
-                }
-            }
+        if let Err(err) = device_checks(&conf, addr, paths, vf_guids, &mut v.warnings) {
+            v.error(err);
         }
     }
-    Ok(conf)
+    v.conf = Some(conf);
+    v
+}
+
+/// The checks of [`conf_verdict`] on the device `addr` the configuration names; the
+/// warnings ADD logs about it into `warnings`.
+fn device_checks(
+    conf: &crate::config::NetConf,
+    addr: crate::types::PciAddress,
+    paths: &collect::Paths,
+    vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
+    warnings: &mut Vec<String>,
+) -> Result<(), crate::cni::CniError> {
+    let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
+    let (dev, is_pf, vfio) = crate::plugin::device_and_mode(&sysfs, conf, addr)?;
+    warnings.extend(crate::plugin::device_warnings(conf, &dev, is_pf, vfio));
+    crate::plugin::rdma::plan_for(conf.rdma_isolation, &*rdma_provider(), &sysfs, &dev, vfio)?;
+    let is_vf = dev.pf != dev.addr;
+    let cur = vf_guids.get(&addr.to_string()).copied().flatten();
+    let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) else {
+        return Ok(());
+    };
+    if conf.guid.is_some() || conf.ib_kubernetes_enabled {
+        return Ok(());
+    }
+    let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
+    let file = paths.host(&conf.guid_file);
+    match crate::vfguid::choose(&file, conf.derive_guid, &pf, dev.vf_index) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(crate::plugin::no_usable_guid(addr, g, &conf.guid_file)),
+        // Named as the node names it, not under the host root.
+        Err(e) => Err(crate::cni::CniError::config(format!(
+            "VF {addr} has no usable GUID: {}",
+            e.to_string().replace(
+                &file.display().to_string(),
+                &conf.guid_file.display().to_string()
+            )
+        ))),
+    }
 }
 
 /// The CNI `type` of rdma-cni (k8snetworkplumbingwg/rdma-cni; its binary is `rdma`).
@@ -550,7 +634,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","pkey":"0x1ffff"},{"type":"tuning"}]}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None, None);
+        let paths = collect::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
@@ -563,7 +647,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","type":"ib-sriov"}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None, None);
+        let paths = collect::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "garbage").unwrap();

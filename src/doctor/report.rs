@@ -23,6 +23,11 @@ pub struct Report {
     pub pfs: Vec<Pf>,
     /// Their VFs, by PF then VF index.
     pub vfs: Vec<Vf>,
+    /// Where holders of VFs were looked for: the stateDirs (the default, each
+    /// `--state-dir`, each one a CNI configuration names), the Go cache dir, and the
+    /// directories searched for configurations and runtime records
+    /// ([`super::holders`]).
+    pub holder_sources: Vec<super::holders::HolderSource>,
     /// Built-in IPAM networks (from journals and `boot_id` markers), by data dir and name.
     pub ipam: Vec<IpamNetwork>,
     /// The SR-IOV operator's VF GUID file the fallback GUIDs are read from.

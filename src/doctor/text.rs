@@ -151,6 +151,15 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    let _ = writeln!(o, "\nholder sources");
+    for h in &r.holder_sources {
+        let from = if h.from.is_empty() {
+            String::new()
+        } else {
+            format!(" (from {})", h.from)
+        };
+        let _ = writeln!(o, "  {:<13} {}{}  {}", h.kind, h.path, from, h.state);
+    }
     let _ = writeln!(o, "\nbuilt-in IPAM");
     if r.ipam.is_empty() {
         let _ = writeln!(o, "  (no store)");

@@ -133,6 +133,30 @@ fn range_from_raw(raw: &RawRange) -> Result<Range, String> {
     )
 }
 
+impl RawIpam {
+    /// What [`IpamConfig::from_json`] logs as warnings: top-level
+    /// `rangeStart`/`rangeEnd`/`gateway` without a top-level `subnet` are ignored, as
+    /// host-local ignores them.
+    fn warnings(&self) -> Vec<String> {
+        let l = &self.legacy;
+        let no_subnet = l.subnet.as_deref().is_none_or(str::is_empty);
+        if no_subnet && (l.range_start.is_some() || l.range_end.is_some() || l.gateway.is_some()) {
+            vec!["ipam: top-level rangeStart/rangeEnd/gateway ignored without a top-level subnet (as host-local does)".into()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// The warnings [`IpamConfig::from_json`] logs for the built-in IPAM configuration
+/// `ipam` (empty when it cannot be parsed: then it is refused instead), for
+/// `doctor --conf` to report what ADD would log.
+pub fn warnings(ipam: &serde_json::Value) -> Vec<String> {
+    serde_json::from_value::<RawIpam>(ipam.clone())
+        .map(|r| r.warnings())
+        .unwrap_or_default()
+}
+
 impl IpamConfig {
     /// Parse and validate the `ipam` object of a network config.
     ///
@@ -162,16 +186,12 @@ impl IpamConfig {
         let raw: RawIpam = serde_json::from_value(ipam.clone())
             .map_err(|e| invalid(format!("cannot parse \"ipam\": {e}")))?;
 
+        for w in raw.warnings() {
+            log::warn!("{w}");
+        }
         let mut raw_sets: Vec<Vec<RawRange>> = Vec::new();
         if raw.legacy.subnet.as_deref().is_some_and(|s| !s.is_empty()) {
             raw_sets.push(vec![raw.legacy]);
-        } else if raw.legacy.range_start.is_some()
-            || raw.legacy.range_end.is_some()
-            || raw.legacy.gateway.is_some()
-        {
-            log::warn!(
-                "ipam: top-level rangeStart/rangeEnd/gateway ignored without a top-level subnet (as host-local does)"
-            );
         }
         raw_sets.extend(raw.ranges.unwrap_or_default());
         if raw_sets.is_empty() {

@@ -34,13 +34,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         check_device_info_path(p)?;
     }
     let rdma_dev = super::rdma::plan(ctx, &dev, vfio)?;
-    if vfio && ipam.is_some() {
-        log::warn!("{vf_addr} is in vfio mode: it has no netdev, so ipam is ignored");
-    }
-    if is_pf && (conf.guid.is_some() || conf.link_state.is_some()) {
-        log::warn!(
-            "{vf_addr} is a PF passed through with vfio-pci: GUID and link_state apply to VFs only and are ignored (the PF has its own GUID)"
-        );
+    for w in device_warnings(conf, &dev, is_pf, vfio) {
+        log::warn!("{w}");
     }
 
     let _lock = ctx.lock_vf(vf_addr)?;
@@ -214,18 +209,6 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         },
     };
     let orig_ls = st.link_state.map(|s| s.0);
-    if let Some(pk) = conf.pkey {
-        if pk & 0x7fff == 0 {
-            log::warn!(
-                "pkey {pk:#06x} has base key 0, which no partition uses; ib-kubernetes programs the pod's real pkey through the subnet manager"
-            );
-        }
-        if !dev.pkeys.is_empty() && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff) {
-            log::warn!(
-                "pkey {pk:#06x} is not (yet) in the pkey table of VF {vf_addr}; ib-kubernetes programs it through the subnet manager"
-            );
-        }
-    }
 
     let mut plan = Vec::new();
     let want_ls = conf.link_state.filter(|_| !is_pf);
@@ -468,6 +451,48 @@ fn fallback_guid(
         f.origin
     );
     Ok(Some(f))
+}
+
+/// The warnings ADD logs about configuration `conf` on device `dev` (`is_pf`, `vfio`
+/// as [`device_and_mode`] gives them) before it changes anything; `doctor --conf`
+/// reports the same list, so the two cannot drift. In this order:
+/// - vfio mode with an `ipam` (ignored: a vfio device has no netdev);
+/// - a PF passed through with a GUID or `link_state` (ignored: they apply to VFs);
+/// - a `pkey` whose base key (the low 15 bits) is 0, which no partition uses;
+/// - a `pkey` not in the VF's pkey table (`<VF>/infiniband/<dev>/ports/1/pkeys/*`,
+///   [`crate::sysfs::VfDevice::pkeys`]), when the table was read: ib-kubernetes
+///   programs it through the subnet manager, so it may come later.
+pub fn device_warnings(
+    conf: &crate::config::NetConf,
+    dev: &crate::sysfs::VfDevice,
+    is_pf: bool,
+    vfio: bool,
+) -> Vec<String> {
+    let addr = dev.addr;
+    let mut out = Vec::new();
+    if vfio && conf.ipam.is_some() {
+        out.push(format!(
+            "{addr} is in vfio mode: it has no netdev, so ipam is ignored"
+        ));
+    }
+    if is_pf && (conf.guid.is_some() || conf.link_state.is_some()) {
+        out.push(format!(
+            "{addr} is a PF passed through with vfio-pci: GUID and link_state apply to VFs only and are ignored (the PF has its own GUID)"
+        ));
+    }
+    if let Some(pk) = conf.pkey {
+        if pk & 0x7fff == 0 {
+            out.push(format!(
+                "pkey {pk:#06x} has base key 0, which no partition uses; ib-kubernetes programs the pod's real pkey through the subnet manager"
+            ));
+        }
+        if !dev.pkeys.is_empty() && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff) {
+            out.push(format!(
+                "pkey {pk:#06x} is not (yet) in the pkey table of VF {addr}; ib-kubernetes programs it through the subnet manager"
+            ));
+        }
+    }
+    out
 }
 
 /// The device ADD would attach and its mode, read from sysfs before any change (also

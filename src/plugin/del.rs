@@ -36,7 +36,7 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
                 return Ok(());
             }
             log::info!(
-                "no journal for {}/{}: ADD made nothing to restore",
+                "no journal for {}/{}: nothing left to undo (an earlier DEL undid it, or ADD made nothing)",
                 env.container_id,
                 env.ifname
             );

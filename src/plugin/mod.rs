@@ -15,7 +15,7 @@ mod teardown;
 mod upgrade;
 pub mod vfattr;
 
-pub use add::device_and_mode;
+pub use add::{device_and_mode, device_warnings};
 
 use crate::cni::{code, CniEnv, CniError, Command, Delegate};
 use crate::config::NetConf;
@@ -410,7 +410,7 @@ pub fn del_unparsed(env: &CniEnv, stdin: &[u8], err: &CniError) -> Result<(), Cn
         }
         None => {
             log::warn!(
-                "DEL of {}/{}: the configuration is refused ({err}) and there is no journal in {dir}: nothing was made, nothing to do",
+                "DEL of {}/{}: the configuration is refused ({err}) and there is no journal in {dir}: nothing left to undo",
                 env.container_id,
                 env.ifname
             );
