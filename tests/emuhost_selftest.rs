@@ -319,12 +319,17 @@ fn run_plugin_gives_a_runtime_environment_inside_the_host_netns() {
             "CNI_NETNS",
             "CNI_PATH",
             "IB_SRIOV_SYSFS_ROOT",
+            "IB_SRIOV_TEST_GO_LOCK",
             "PATH"
         ]
     );
     assert!(env.contains("CNI_COMMAND=ADD\n"));
     assert!(env.contains(&format!("CNI_NETNS={}\n", pod.netns())));
     assert!(env.contains(&format!("IB_SRIOV_SYSFS_ROOT={}\n", host.root().display())));
+    assert!(env.contains(&format!(
+        "IB_SRIOV_TEST_GO_LOCK={}\n",
+        host.go_lock_path().display()
+    )));
     assert!(env.contains("CNI_PATH=/bin\n"));
     assert!(links.contains(PF_NETDEV), "not in the host netns: {links}");
 
