@@ -41,7 +41,11 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
     // file that is not this attachment's.
     let why = if path.file_name().is_some_and(|n| n.len() > NAME_MAX) {
         format!("its name is longer than {NAME_MAX} bytes")
-    } else if !write_new(&path, &content).map_err(io)? {
+    } else if !super::super::go_index::creating(cx.ctx.store.dir(), &path, || {
+        write_new(&path, &content)
+    })
+    .map_err(io)?
+    {
         "another file has its name (another attachment's, or the Go plugin's): left alone"
             .to_string()
     } else {
@@ -92,10 +96,6 @@ const NAME_MAX: usize = 255;
 /// `.ib-sriov-go-cache.tmp.<pid>`.
 fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let pid = std::process::id();
     let tmp = match format!(".{name}.tmp.{pid}") {
@@ -103,15 +103,24 @@ fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf>
         _ => dir.join(format!(".ib-sriov-go-cache.tmp.{pid}")),
     };
     let _ = std::fs::remove_file(&tmp);
-    let r = (|| {
-        let mut f = std::fs::OpenOptions::new()
+    let open = || {
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
-            .open(&tmp)?;
-        f.write_all(content.as_bytes())
-    })();
+            .open(&tmp)
+    };
+    // The directory is made (0700) only when missing: no mkdir and stat at every ADD.
+    let r = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| open()),
+        r => r,
+    }
+    .and_then(|mut f| f.write_all(content.as_bytes()));
     match r {
         Ok(()) => Ok(tmp),
         Err(e) => {
@@ -160,9 +169,12 @@ fn render(ctx: &crate::plugin::Ctx, j: &Journal) -> String {
     crate::gocache::render(&ctx.conf.raw, &facts)
 }
 
-/// Removes the file while it holds exactly what ADD wrote (after every other undo).
-pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
-    super::device_info::remove_if_ours(path, content, "Go plugin cache file")
+/// Removes the file while it holds exactly what ADD wrote (after every other undo),
+/// keeping the Go cache directory's index true (`plugin::go_index`).
+pub(super) fn undo(state_dir: &Path, path: &Path, content: &str) -> Result<(), CniError> {
+    super::super::go_index::removing(state_dir, path, || {
+        super::device_info::remove_if_ours(path, content, "Go plugin cache file")
+    })
 }
 
 /// The journal's Go cache file when the attachment was undone by the Go plugin's DEL:
