@@ -153,13 +153,8 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    let _ = fs::remove_file(&tmp);
     let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
-            .open(&tmp)?;
+        let mut f = open_temp(&tmp)?;
         f.write_all(data)?;
         match renameat2(
             AT_FDCWD,
@@ -183,7 +178,9 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         }
         Ok(())
     })();
-    let _ = fs::remove_file(&tmp);
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
     res
 }
 
@@ -192,6 +189,27 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
 /// that only makes the next DEL do work it would have done anyway).
 pub fn replace_nosync(path: &Path, data: &[u8]) -> io::Result<()> {
     write_replace(path, data, false)
+}
+
+/// Creates the temp file `tmp` exclusively (`O_EXCL`, which does not follow symlinks;
+/// `O_NOFOLLOW`). The temp name is predictable: whatever is there (a temp file of a
+/// killed writer that had this pid, or a planted symlink or FIFO) is unlinked, never
+/// followed, and the creation tried once more.
+fn open_temp(tmp: &Path) -> io::Result<File> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
+            .open(tmp)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let _ = fs::remove_file(tmp);
+            open()
+        }
+        r => r,
+    }
 }
 
 fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
@@ -206,16 +224,8 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    // The temp name is predictable: whatever is there (a temp file of a killed writer
-    // that had this pid, or a planted symlink or FIFO) is unlinked, never followed, and
-    // the file is created exclusively (O_EXCL does not follow symlinks).
-    let _ = fs::remove_file(&tmp);
     let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
-            .open(&tmp)?;
+        let mut f = open_temp(&tmp)?;
         f.write_all(data)?;
         if !durable {
             return fs::rename(&tmp, path);

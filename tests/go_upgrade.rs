@@ -224,11 +224,10 @@ fn go_holder_is_found_whatever_the_index() {
     lab.add("ours-1", &p1, &c1).expect_ok();
     let index = ib_sriov_cni::plugin::go_index::index_path(&lab.state, &go_dir);
     let older = std::fs::read(&index).unwrap();
+    let ours = std::fs::read_to_string(format!("{}.ours", index.display())).unwrap();
     assert!(
-        String::from_utf8_lossy(&older).contains(" ours-0-net1\n")
-            && String::from_utf8_lossy(&older).contains(" ours-1-net1\n"),
-        "our own file is indexed as ours: {}",
-        String::from_utf8_lossy(&older)
+        ours.contains(" ours-0-net1\n") && ours.contains(" ours-1-net1\n"),
+        "our own files are logged as ours: {ours}"
     );
     // The Go plugin attaches VF n: its file appears behind the index's back.
     let gpod = lab.host.new_pod();
@@ -256,7 +255,7 @@ fn go_holder_is_found_whatever_the_index() {
     refused("the index brought up to date");
     std::fs::write(&index, &older).unwrap();
     refused("an older copy of the index");
-    std::fs::write(&index, "ib-sriov go-cache index 1\nstamp x\n").unwrap();
+    std::fs::write(&index, "ib-sriov go-cache index 2\nstamp x\n").unwrap();
     refused("a corrupt index");
     std::fs::remove_file(&index).unwrap();
     refused("no index");

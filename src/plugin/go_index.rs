@@ -5,19 +5,26 @@
 //! reading every file made ADD's cost grow with the node's attachments.
 //!
 //! One index per (stateDir, Go cache directory): `<stateDir>/locks/go-cache-index.<h>`
-//! (`h`: the FNV-1a hash of the directory's path, [`index_path`]), a text file
-//! replaced atomically:
+//! (`h`: the FNV-1a hash of the directory's path, [`index_path`]), a small text file
+//! replaced atomically, and beside it `<index>.ours`, an append-only log of the files our
+//! ADD wrote, read only when the directory is listed:
 //!
 //! ```text
-//! ib-sriov go-cache index 1
+//! ib-sriov go-cache index 2
 //! stamp <dev> <ino> <mtime s> <mtime ns> <settled 0|1>
 //! g <ino> <VF> <name>      a file the Go plugin wrote (no marker), naming that VF
 //! x <ino> <name>           a file that is no Go NetConf (read under the Go lock)
-//! o <ino> <name>           a file our ADD wrote (it carries gocache::MARKER_KEY)
+//!
+//! <index>.ours:
+//! + <ino> <name>           our ADD wrote it (it carries gocache::MARKER_KEY)
+//! - <name>                 our DEL removed it
 //! ```
 //!
 //! Names are percent-encoded (bytes outside `[A-Za-z0-9._:@+=,~-]`). A file is known by
-//! its name and inode number (from the directory listing, no `stat`).
+//! its name and inode number (from the directory listing, no `stat`). A lookup reads the
+//! small index only; our writes append one line to the log and replace the small index,
+//! so neither reads or writes anything per file of the directory (the log is rewritten,
+//! one line per file, when the directory is listed, and when it passes 256 KiB).
 //!
 //! **When the index is true.** The stamp is the directory's identity and mtime as a
 //! `stat` returned them. Every entry added to or removed from the directory sets its
@@ -59,7 +66,7 @@ use crate::gocache::{self, GoAttachment};
 use crate::types::PciAddress;
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,7 +79,7 @@ pub const GO_LOCK: &str = "/var/run/cni/ib-sriov/cni.lock";
 /// for microseconds; the Go plugin for a whole call).
 pub const LOCK_WAIT: Duration = Duration::from_millis(50);
 
-const HEADER: &str = "ib-sriov go-cache index 1";
+const HEADER: &str = "ib-sriov go-cache index 2";
 
 /// A directory's identity and mtime as `stat(2)` returned them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,9 +166,8 @@ fn dec(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Reads the index; `go_only` stops at the first entry that is not a `g` line (they come
-/// first). `None` when missing or malformed.
-fn load(path: &Path, go_only: bool) -> Option<Index> {
+/// Reads the index (its Go and other entries). `None` when missing or malformed.
+fn load(path: &Path) -> Option<Index> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut lines = text.lines();
     if lines.next()? != HEADER {
@@ -183,9 +189,6 @@ fn load(path: &Path, go_only: bool) -> Option<Index> {
     };
     for l in lines {
         let (tag, rest) = l.split_once(' ')?;
-        if go_only && tag != "g" {
-            break;
-        }
         let (ino, rest) = rest.split_once(' ')?;
         let (kind, name) = match tag {
             "g" => {
@@ -193,7 +196,6 @@ fn load(path: &Path, go_only: bool) -> Option<Index> {
                 (Kind::Go(vf.parse().ok()?), name)
             }
             "x" => (Kind::Other, rest),
-            "o" => (Kind::Ours, rest),
             _ => return None,
         };
         idx.entries.push(Entry {
@@ -205,7 +207,8 @@ fn load(path: &Path, go_only: bool) -> Option<Index> {
     Some(idx)
 }
 
-fn save(path: &Path, idx: &Index) {
+/// Replaces the index atomically; `false` when it could not be written.
+fn save(path: &Path, idx: &Index) -> bool {
     let mut s = String::with_capacity(64 + idx.entries.len() * 48);
     let st = &idx.stamp;
     s.push_str(HEADER);
@@ -213,21 +216,76 @@ fn save(path: &Path, idx: &Index) {
         "\nstamp {} {} {} {} {}\n",
         st.dev, st.ino, st.sec, st.nsec, idx.settled as u8
     ));
-    for want in [0, 1, 2] {
-        for e in &idx.entries {
-            match (&e.kind, want) {
-                (Kind::Go(vf), 0) => s.push_str(&format!("g {} {vf} {}\n", e.ino, e.name)),
-                (Kind::Other, 1) => s.push_str(&format!("x {} {}\n", e.ino, e.name)),
-                (Kind::Ours, 2) => s.push_str(&format!("o {} {}\n", e.ino, e.name)),
-                _ => {}
-            }
+    for e in &idx.entries {
+        match &e.kind {
+            Kind::Go(vf) => s.push_str(&format!("g {} {vf} {}\n", e.ino, e.name)),
+            Kind::Other => s.push_str(&format!("x {} {}\n", e.ino, e.name)),
+            Kind::Ours => {}
         }
     }
-    let r = crate::fsutil::in_dir(path.parent(), || {
-        crate::fsutil::replace_nosync(path, s.as_bytes())
-    });
-    if let Err((_, e)) = r {
-        log::debug!("Go cache index {}: {e}", path.display());
+    write_file(path, s.as_bytes())
+}
+
+/// `<index>.ours`: the files our ADD wrote, an append-only log of `+ <ino> <name>`
+/// (written) and `- <name>` (removed) lines, read only when the directory is listed.
+fn ours_path(index: &Path) -> PathBuf {
+    let mut p = index.as_os_str().to_os_string();
+    p.push(".ours");
+    PathBuf::from(p)
+}
+
+/// Past this size the log is not appended to: the index is left unsettled, and the next
+/// lookup lists the directory and writes the log anew, one line per file.
+const MAX_OURS_LOG: u64 = 256 * 1024;
+
+/// The files of the log `path` (missing or unreadable: none).
+fn load_ours(path: &Path) -> Vec<Entry> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut live: HashMap<&str, u64> = HashMap::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("+ ") {
+            if let Some((ino, name)) = rest.split_once(' ') {
+                if let Ok(ino) = ino.parse() {
+                    live.insert(name, ino);
+                }
+            }
+        } else if let Some(name) = l.strip_prefix("- ") {
+            live.remove(name);
+        }
+    }
+    live.into_iter()
+        .map(|(name, ino)| Entry {
+            name: name.to_string(),
+            ino,
+            kind: Kind::Ours,
+        })
+        .collect()
+}
+
+/// Appends `line` to the log `path`; `false` when it failed or the log is full.
+fn append_ours(path: &Path, line: &str) -> bool {
+    use std::io::Write;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(path)
+    };
+    let Ok(mut f) = crate::fsutil::in_dir(path.parent(), open) else {
+        return false;
+    };
+    f.write_all(line.as_bytes()).is_ok() && f.metadata().is_ok_and(|m| m.len() <= MAX_OURS_LOG)
+}
+
+fn write_file(path: &Path, data: &[u8]) -> bool {
+    match crate::fsutil::in_dir(path.parent(), || crate::fsutil::replace_nosync(path, data)) {
+        Ok(()) => true,
+        Err((_, e)) => {
+            log::debug!("Go cache index {}: {e}", path.display());
+            false
+        }
     }
 }
 
@@ -274,24 +332,22 @@ fn go_lock() -> Option<crate::fsutil::FileLock> {
     crate::fsutil::lock_with_timeout(Path::new(GO_LOCK), LOCK_WAIT).ok()
 }
 
-/// What the listing of `dir` (read after `st`) shows, classified: entries of `old` with
-/// the same name and inode are kept, every other file is read. The result is settled
-/// when `settled` and every file was read.
-fn rebuild(dir: &Path, st: Stamp, settled: bool, old: Option<Index>) -> Option<Index> {
+/// What the listing of `dir` (read after `st`) shows, classified: files of `known` (the
+/// old index's entries and the ours log's) with the same name and inode keep their
+/// class, every other file is read. The result is settled when `settled` and every file
+/// was read; the files that are ours come back apart (for the log).
+fn rebuild(dir: &Path, st: Stamp, settled: bool, known: Vec<Entry>) -> Option<(Index, Vec<Entry>)> {
     let rd = std::fs::read_dir(dir).ok()?;
-    let mut known: HashMap<(String, u64), Kind> = old
-        .map(|i| {
-            i.entries
-                .into_iter()
-                .map(|e| ((e.name, e.ino), e.kind))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut known: HashMap<(String, u64), Kind> = known
+        .into_iter()
+        .map(|e| ((e.name, e.ino), e.kind))
+        .collect();
     let mut idx = Index {
         stamp: st,
         settled,
         entries: Vec::new(),
     };
+    let mut ours = Vec::new();
     for e in rd.flatten() {
         let raw = e.file_name();
         let raw = raw.as_bytes();
@@ -319,9 +375,14 @@ fn rebuild(dir: &Path, st: Stamp, settled: bool, old: Option<Index>) -> Option<I
                 }
             }
         };
-        idx.entries.push(Entry { name, ino, kind });
+        let entry = Entry { name, ino, kind };
+        if entry.kind == Kind::Ours {
+            ours.push(entry);
+        } else {
+            idx.entries.push(entry);
+        }
     }
-    Some(idx)
+    Some((idx, ours))
 }
 
 /// The Go plugin's attachment of VF `vf` whose cache file is in one of `dirs` (not one
@@ -336,13 +397,25 @@ fn holder_in(state_dir: &Path, dir: &Path, vf: PciAddress) -> Option<GoAttachmen
     let ip = index_path(state_dir, dir);
     let before = coarse_now();
     let st = stamp(dir).ok()?;
-    let idx = match load(&ip, true).filter(|i| i.settled && i.stamp == st) {
+    let idx = match load(&ip).filter(|i| i.settled && i.stamp == st) {
         Some(i) => i,
         None => {
+            // Written only under the Go lock, as our own changes are (a lookup without
+            // it uses what it listed and leaves the index to the next one).
             let lock = go_lock();
+            let lp = ours_path(&ip);
+            let mut known = load(&ip).map(|i| i.entries).unwrap_or_default();
+            known.extend(load_ours(&lp));
             let settled = lock.is_some() && settles(dir, &st, before);
-            let i = rebuild(dir, st, settled, load(&ip, false))?;
-            save(&ip, &i);
+            let (i, ours) = rebuild(dir, st, settled, known)?;
+            if lock.is_some() {
+                let log: String = ours
+                    .iter()
+                    .map(|e| format!("+ {} {}\n", e.ino, e.name))
+                    .collect();
+                // The log first: a crash between the two leaves the old stamp.
+                let _ = write_file(&lp, log.as_bytes()) && save(&ip, &i);
+            }
             i
         }
     };
@@ -389,7 +462,7 @@ fn changing<T>(state_dir: &Path, path: &Path, act: impl FnOnce() -> (T, Option<K
     let lock = go_lock();
     let idx = lock.as_ref().and_then(|_| {
         let st = stamp(dir).ok()?;
-        load(&ip, false).filter(|i| i.settled && i.stamp == st)
+        load(&ip).filter(|i| i.settled && i.stamp == st)
     });
     let (r, kind) = act();
     let Some(mut idx) = idx else {
@@ -410,18 +483,15 @@ fn changing<T>(state_dir: &Path, path: &Path, act: impl FnOnce() -> (T, Option<K
         return r;
     };
     let name = enc(name.as_bytes());
-    idx.entries.retain(|e| e.name != name);
-    match (kind, meta) {
-        (Some(k), Ok(m)) => idx.entries.push(Entry {
-            name,
-            ino: m.ino(),
-            kind: k,
-        }),
-        (None, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let line = match (kind, meta) {
+        (Some(_), Ok(m)) => format!("+ {} {name}\n", m.ino()),
+        (None, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => format!("- {name}\n"),
         _ => return r, // not what was meant: the next lookup lists the directory
-    }
+    };
+    // The log first, then the stamp: a crash between the two leaves the old stamp.
+    idx.entries.retain(|e| e.name != name);
     idx.stamp = st;
-    idx.settled = settles(dir, &st, before);
+    idx.settled = append_ours(&ours_path(&ip), &line) && settles(dir, &st, before);
     // Tests kill the process here: the change made, the index not yet written.
     let _ = crate::failpoint::hit("go_index.save");
     save(&ip, &idx);

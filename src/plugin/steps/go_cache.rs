@@ -69,16 +69,17 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
 /// holds `content` now (written, or already by an earlier run of this ADD), `Ok(false)`
 /// when another file is there.
 fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
-    match std::fs::read(path) {
-        Ok(b) if b == content.as_bytes() => return Ok(true),
-        Ok(_) => return Ok(false),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => return Ok(false),
-    }
-    let tmp = write_temp(path, content)?;
-    // link(2) never replaces: of two writers of one name, one wins.
-    let r = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
+    // link(2) never replaces (a file already there, ours from an earlier run of this ADD
+    // or another's, is compared below): of two writers of one name, one wins.
+    let r = match link_anonymous(path, content) {
+        Some(r) => r,
+        None => {
+            let tmp = write_temp(path, content)?;
+            let r = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            r
+        }
+    };
     match r {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -86,6 +87,66 @@ fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Writes `content` into an unnamed file in `path`'s directory (`O_TMPFILE`, its
+/// directory made 0700 when missing) and links it as `path` (`linkat(2)` with
+/// `AT_EMPTY_PATH`): the file appears whole, and a writer killed before the link leaves
+/// nothing behind (no temp name for DEL to sweep). `None` when the filesystem or the
+/// kernel cannot (`O_TMPFILE` refused, `linkat` not permitted): the caller then writes
+/// a named temp file ([`write_temp`]).
+fn link_anonymous(path: &Path, content: &str) -> Option<std::io::Result<()>> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_TMPFILE | nix::libc::O_CLOEXEC)
+            .open(dir)
+    };
+    let f = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| open()),
+        r => r,
+    };
+    let mut f = f.ok()?;
+    if let Err(e) = f.write_all(content.as_bytes()) {
+        return Some(Err(e));
+    }
+    use std::os::fd::AsRawFd;
+    let to = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: linkat on an fd this function owns and two NUL-terminated strings.
+    let rc = unsafe {
+        nix::libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            nix::libc::AT_FDCWD,
+            to.as_ptr(),
+            nix::libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        return Some(Ok(()));
+    }
+    match std::io::Error::last_os_error() {
+        e if e.kind() == std::io::ErrorKind::AlreadyExists => Some(Err(e)),
+        _ => None,
+    }
+}
+
+/// Whether a writer of this step may have left a named temp file in `dir`: only where
+/// `O_TMPFILE` is missing ([`link_anonymous`]; ext4, xfs, btrfs and tmpfs have it since
+/// Linux 3.11-3.15, `statfs` magic numbers from linux/magic.h).
+fn named_temps_possible(dir: &Path) -> bool {
+    !nix::sys::statfs::statfs(dir).is_ok_and(|s| {
+        matches!(
+            s.filesystem_type().0 as u64,
+            0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
+        )
+    })
 }
 
 /// Longest file name, in bytes (NAME_MAX, linux/limits.h).
@@ -173,7 +234,10 @@ fn render(ctx: &crate::plugin::Ctx, j: &Journal) -> String {
 /// keeping the Go cache directory's index true (`plugin::go_index`).
 pub(super) fn undo(state_dir: &Path, path: &Path, content: &str) -> Result<(), CniError> {
     super::super::go_index::removing(state_dir, path, || {
-        super::device_info::remove_if_ours(path, content, "Go plugin cache file")
+        // No listing of the directory (one file per attachment) for temp files where
+        // the writer leaves none.
+        let sweep = path.parent().is_some_and(named_temps_possible);
+        super::device_info::remove_if_ours(path, content, "Go plugin cache file", sweep)
     })
 }
 
