@@ -265,11 +265,22 @@ impl NodePolicy {
 
     /// The policy given by a node file's contents (see [`NodePolicy::load`]).
     pub fn from_json(host_root: &Path, bytes: &[u8]) -> Result<NodePolicy, String> {
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if !v.is_object() {
-            return Err("not a JSON object".into());
-        }
-        let raw = RawNodeFile::deserialize(&v).map_err(|e| e.to_string())?;
+        // One parse when the file is good; the error of a bad one as the two steps say it.
+        // (A struct also deserializes from a JSON array: only an object takes the fast way.)
+        let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        let raw = match serde_json::from_slice::<RawNodeFile>(bytes)
+            .ok()
+            .filter(|_| object)
+        {
+            Some(raw) => raw,
+            None => {
+                let v: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+                if !v.is_object() {
+                    return Err("not a JSON object".into());
+                }
+                RawNodeFile::deserialize(&v).map_err(|e| e.to_string())?
+            }
+        };
         let mut p = NodePolicy::defaults(host_root);
         p.from_file = true;
         for (k, list) in &raw.path_roots {
@@ -295,7 +306,9 @@ impl NodePolicy {
             .map_err(|e| format!("extraPathRoots: {e}"))?;
         for roots in p.roots.values_mut() {
             for r in &extra {
-                if !roots.contains(r) {
+                // Both normalized (built from components): the bytes compare as the
+                // components would, without parsing them again.
+                if !roots.iter().any(|x| x.as_os_str() == r.as_os_str()) {
                     roots.push(r.clone());
                 }
             }
@@ -533,7 +546,7 @@ enum Lstat {
 }
 
 /// The `lstat` results of one call's checks, by node path.
-type Lstats = std::collections::HashMap<PathBuf, Lstat>;
+type Lstats = std::collections::HashMap<OsString, Lstat>;
 
 /// [`resolve`] with `memo`: each node path is looked at once per call.
 fn resolve_with(host_root: &Path, p: &Path, memo: &mut Lstats) -> io::Result<PathBuf> {
@@ -558,12 +571,17 @@ fn resolve_with(host_root: &Path, p: &Path, memo: &mut Lstats) -> io::Result<Pat
             cur = next;
             continue;
         }
-        let seen = match memo.get(&next) {
+        let seen = match memo.get(next.as_os_str()) {
             Some(l) => l.clone(),
             None => {
-                let l = match std::fs::symlink_metadata(under(host_root, &next)) {
+                let on_host = if host_root == Path::new("/") {
+                    next.clone()
+                } else {
+                    under(host_root, &next)
+                };
+                let l = match std::fs::symlink_metadata(&on_host) {
                     Ok(m) if m.file_type().is_symlink() => {
-                        Lstat::Link(std::fs::read_link(under(host_root, &next))?)
+                        Lstat::Link(std::fs::read_link(&on_host)?)
                     }
                     Ok(_) => Lstat::Other,
                     Err(e)
@@ -574,7 +592,7 @@ fn resolve_with(host_root: &Path, p: &Path, memo: &mut Lstats) -> io::Result<Pat
                     }
                     Err(e) => return Err(e),
                 };
-                memo.insert(next.clone(), l.clone());
+                memo.insert(next.clone().into_os_string(), l.clone());
                 l
             }
         };
