@@ -306,7 +306,12 @@ fn multigrain(dir: &Path) -> bool {
     if (major, minor) < (6, 13) {
         return false;
     }
-    // EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC (linux/magic.h).
+    common_fs(dir)
+}
+
+/// Whether `dir` is on ext4, xfs, btrfs or tmpfs (`statfs(2)`: EXT4_SUPER_MAGIC,
+/// XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC, linux/magic.h).
+pub fn common_fs(dir: &Path) -> bool {
     nix::sys::statfs::statfs(dir).is_ok_and(|s| {
         matches!(
             s.filesystem_type().0 as u64,

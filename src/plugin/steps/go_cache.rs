@@ -104,15 +104,7 @@ fn link_anonymous(path: &Path, content: &str) -> Option<std::io::Result<()>> {
             .custom_flags(nix::libc::O_TMPFILE | nix::libc::O_CLOEXEC)
             .open(dir)
     };
-    let f = match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .and_then(|()| open()),
-        r => r,
-    };
-    let mut f = f.ok()?;
+    let mut f = in_private_dir(dir, open).ok()?;
     if let Err(e) = f.write_all(content.as_bytes()) {
         return Some(Err(e));
     }
@@ -137,16 +129,25 @@ fn link_anonymous(path: &Path, content: &str) -> Option<std::io::Result<()>> {
     }
 }
 
+/// Runs `open` (a creation in `dir`); when `dir` is missing, makes it (0700, as
+/// `utils.SaveNetConf`, with its parents) and runs `open` once more: no mkdir and stat
+/// at every ADD.
+fn in_private_dir<T>(dir: &Path, open: impl Fn() -> std::io::Result<T>) -> std::io::Result<T> {
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| open()),
+        r => r,
+    }
+}
+
 /// Whether a writer of this step may have left a named temp file in `dir`: only where
 /// `O_TMPFILE` is missing ([`link_anonymous`]; ext4, xfs, btrfs and tmpfs have it since
-/// Linux 3.11-3.15, `statfs` magic numbers from linux/magic.h).
+/// Linux 3.11-3.15).
 fn named_temps_possible(dir: &Path) -> bool {
-    !nix::sys::statfs::statfs(dir).is_ok_and(|s| {
-        matches!(
-            s.filesystem_type().0 as u64,
-            0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
-        )
-    })
+    !crate::plugin::go_index::common_fs(dir)
 }
 
 /// Longest file name, in bytes (NAME_MAX, linux/limits.h).
@@ -172,16 +173,7 @@ fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf>
             .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
             .open(&tmp)
     };
-    // The directory is made (0700) only when missing: no mkdir and stat at every ADD.
-    let r = match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .and_then(|()| open()),
-        r => r,
-    }
-    .and_then(|mut f| f.write_all(content.as_bytes()));
+    let r = in_private_dir(dir, open).and_then(|mut f| f.write_all(content.as_bytes()));
     match r {
         Ok(()) => Ok(tmp),
         Err(e) => {
