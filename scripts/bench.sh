@@ -2,7 +2,7 @@
 # Benchmark (not a test): ADD+DEL cycles of a VF move on an emulated host.
 #
 #   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--gap MS] [--json FILE]
-#                    [--samples DIR] [--store STORE] [--check]
+#                    [--samples DIR] [--store STORE] [--base BIN] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
 #   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
 #
@@ -14,7 +14,9 @@
 # 0/100/1000 other attachments, GC of 0/100/1000 unlisted attachments (ours
 # only: host-local 1.1.1 has no GC), VF index 0 vs 126 (ours only), 1/4/16
 # concurrent ADDs; then the targets: ADD+DEL CPU at 99% fill and with 1000
-# other attachments within 1.2x of the empty case, GC of 1000 under 1 s. The levels
+# other attachments within 1.2x of the empty case, ADD CPU alone with 1000 other
+# attachments (each with its Go-format rollback file in goCacheDir) within 1.1x of
+# the empty case, GC of 1000 under 1 s. The levels
 # of pool, attach and vfindex run in interleaved rounds (BENCH_ROUNDS), each level
 # with its own stores; rows (ours, host-device, the floor) run one after the other,
 # so their ratios are printed for reference: the default mode judges those targets.
@@ -42,6 +44,12 @@
 #               IPv4/IPv6 address configuration, multicast joins, and the state that a
 #               later move's rcu_barrier() must see freed) cost the kernel 2.2 and 2.7 ms
 #               per cycle here (means of 360 and 270 cycles of block-interleaved runs).
+#   base        with --base BIN (env BENCH_BASE_BIN): another build of ib-sriov (e.g. an
+#               older commit built in a throwaway worktree: `git worktree add /tmp/ab
+#               <commit>`, then scripts/build.sh there) on the same emulated VF, with a
+#               stateDir, IPAM dataDir and goCacheDir of its own, interleaved with ours
+#               in the same rounds: a same-run A/B. The report prints ours/base for the
+#               CPU of ADD+DEL and of ADD alone. Added to ROWS by --base.
 #   bare        the two netns moves without the renames (`ip link set DEV netns POD`):
 #               not a floor for a CNI plugin, which must name the interface
 #               CNI_IFNAME (SPEC.md "ADD"); printed for reference (a rename inside
@@ -54,11 +62,12 @@
 # everything they waited for (host-device's host-local child included), from
 # wait4()'s rusage, to the microsecond (GNU time's %U/%S has 10 ms resolution
 # and bash's `times` 1 ms, too coarse for a few-ms plugin).
+# ADD CPU alone is recorded too (the report's "ADD CPU ms").
 # Medians over N cycles per row (env BENCH_CYCLES, default 200; 30 with --scale),
 # run in interleaved rounds (env BENCH_ROUNDS, default 10; each round starts with 3
 # warm-up cycles, env BENCH_WARMUP) so that load drift hits all rows alike.
 # --json writes the medians as JSON; --samples keeps the raw per-cycle
-# samples (ADD us, DEL us, CPU us) as DIR/<row>.samples.
+# samples (ADD us, DEL us, CPU us, ADD CPU us) as DIR/<row>.samples.
 #
 # --gap MS (env BENCH_GAP_MS, default 12; 0 = back to back): before each timed ADD
 # and DEL, an untimed sleep drawn uniformly from [0, MS] ms (same seeded sequence for
@@ -165,9 +174,9 @@ with open(floor_del, "w") as f:
 def argv_env(cmd, cycle):
     cni = dict(base, CNI_COMMAND=cmd, CNI_CONTAINERID="bench-%d" % cycle, CNI_NETNS=podns,
                CNI_IFNAME="net1", CNI_PATH="/usr/lib/cni")
-    if row == "ours":
+    if row in ("ours", "base"):
         cni["IB_SRIOV_SYSFS_ROOT"] = env["BENCH_SYSFS_ROOT"]
-        return [env["BENCH_OURS_BIN"]], cni, env["BENCH_CONF"]
+        return [env["BENCH_OURS_BIN" if row == "ours" else "BENCH_BASE_BIN"]], cni, env["BENCH_CONF"]
     if row == "hostdevice":
         return ["/usr/lib/cni/host-device"], cni, env["BENCH_CONF"]
     if row == "floor":  # ADD: move, rename and link-up in one RTM_NEWLINK; DEL: down, then move
@@ -219,7 +228,7 @@ with open(os.path.join(tmp, row + ".samples"), "a") as samples:
         add_us, add_cpu = run("ADD", i)
         del_us, del_cpu = run("DEL", i)
         if i >= w:
-            samples.write("%.1f %.1f %.1f\n" % (add_us, del_us, add_cpu + del_cpu))
+            samples.write("%.1f %.1f %.1f %.1f\n" % (add_us, del_us, add_cpu + del_cpu, add_cpu))
 # The device must be back in the host netns (outside the timed window).
 if not os.path.exists("/sys/class/net/" + dev):
     sys.exit("bench: %s: %s is not back in the host netns after the last DEL" % (row, dev))
@@ -240,6 +249,7 @@ samples_dir=""
 store="${BENCH_STORE:-${BENCH_TMPDIR:-loop-ext4}}"
 check=0
 scale=0
+base_bin="${BENCH_BASE_BIN:-}"
 while (($#)); do
     case "$1" in
     --scale) scale=1; shift ;;
@@ -257,6 +267,8 @@ while (($#)); do
     --samples=*) samples_dir="${1#*=}"; shift ;;
     --store) store="$2"; shift 2 ;;
     --store=*) store="${1#*=}"; shift ;;
+    --base) base_bin="$2"; shift 2 ;;
+    --base=*) base_bin="${1#*=}"; shift ;;
     --check) check=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -265,6 +277,11 @@ done
 if [[ -z "$cycles" ]]; then if ((scale)); then cycles=30; else cycles=200; fi; fi
 [[ "$cycles" =~ ^[1-9][0-9]*$ && "$warmup" =~ ^[0-9]+$ && "$gap_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
     { echo "bench: bad --cycles/--warmup/--gap" >&2; exit 2; }
+if [[ -n "$base_bin" ]]; then
+    [[ -x "$base_bin" ]] || { echo "bench: --base $base_bin is not an executable" >&2; exit 2; }
+    base_bin="$(realpath "$base_bin")"
+    [[ ",$rows," == *",base,"* ]] || rows="$rows,base"
+fi
 want() { [[ ",$rows," == *",$1,"* ]]; }
 # Report helpers of both modes. median <column> <file>: microseconds in, milliseconds out.
 median() {
@@ -278,7 +295,9 @@ verdict() {
     if ! num "$1"; then echo n/a; elif awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; then echo met; else echo MISSED; fi
 }
 for r in ${rows//,/ }; do
-    case "$r" in ours | hostdevice | floor | moves | bare) ;; *) echo "bench: unknown row '$r' (ours, hostdevice, floor, moves, bare)" >&2; exit 2 ;; esac
+    case "$r" in ours | hostdevice | floor | moves | bare) ;;
+    base) [[ -n "$base_bin" ]] || { echo "bench: row base needs --base BIN" >&2; exit 2; } ;;
+    *) echo "bench: unknown row '$r' (ours, hostdevice, floor, moves, bare, base)" >&2; exit 2 ;; esac
 done
 
 if [[ "$(id -u)" != 0 ]]; then
@@ -397,8 +416,15 @@ if want ours; then
         echo "bench: building the static release ib-sriov (scripts/build.sh) and the emuhost example" >&2
         build() { (cd "$repo" && scripts/build.sh >/dev/null && cargo build --release --example emuhost >&2); }
     fi
-    if build &&
+    # The plugins run from copies in the work dir, as an installer copies the binary into
+    # /opt/cni/bin: a binary run straight from the linker's output started 0.1-0.2 ms
+    # slower here (VERSION, median of 200 starts, both builds; a copy of the same file
+    # did not), which a same-run A/B of two builds would charge to one of them.
+    mkdir -p "$tmp/bin"
+    if build && cp "$ours_bin" "$tmp/bin/ib-sriov" &&
+        { [[ -z "$base_bin" ]] || cp "$base_bin" "$tmp/bin/ib-sriov-base"; } &&
         emu_made=1 && "$emu_bin" create --prefix "${prefix}e" --vfs 1 --root "$emu_root" >"$tmp/emu.json"; then
+        ours_bin="$tmp/bin/ib-sriov"
         export BENCH_OURS_BIN="$ours_bin"
         BENCH_SYSFS_ROOT="$(jq -r .root "$tmp/emu.json")"
         export BENCH_SYSFS_ROOT
@@ -411,9 +437,21 @@ if want ours; then
         # Ours' stateDir on tmpfs, as the plugin's default /run/ib-sriov is on a node
         # (journals live as long as the kernel state they describe); its IPAM dataDir on
         # the store, as /var/lib/cni/networks is.
-        jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$tmp/state" --arg ipam "$sdir/ipam-ours" \
-            '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,
-              ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}' >"${r_conf[ours]}"
+        # Its goCacheDir (the Go plugin's format, written by every ADD for a rollback)
+        # on the store too, as /var/lib/cni/ib-sriov is on a node.
+        ours_conf() { # ours_conf <state> <ipam> <go-cache>
+            jq -n --arg vf "$(jq -r '.vfs[0].addr' "$tmp/emu.json")" --arg state "$1" --arg ipam "$2" --arg go "$3" \
+                '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,goCacheDir:$go,
+                  ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}'
+        }
+        ours_conf "$tmp/state" "$sdir/ipam-ours" "$sdir/go-cache-ours" >"${r_conf[ours]}"
+        if [[ -n "$base_bin" ]]; then
+            export BENCH_BASE_BIN="$tmp/bin/ib-sriov-base"
+            r_host[base]="${r_host[ours]}" r_dev[base]="${r_dev[ours]}" r_pod[base]="${r_pod[ours]}"
+            r_conf[base]="$tmp/base.json"
+            ours_conf "$tmp/state-base" "$sdir/ipam-base" "$sdir/go-cache-base" >"${r_conf[base]}"
+            echo "bench: base: $base_bin ($("$base_bin" --version 2>/dev/null | head -1)) on ours' VF" >&2
+        fi
         echo "bench: ours: VF $(jq -r '.vfs[0].addr' "$tmp/emu.json"), netdev ${r_dev[ours]} in netns ${r_host[ours]}" >&2
     else
         echo "bench: ours: build or emulated host failed" >&2
@@ -498,6 +536,7 @@ if ((scale)); then
     base_cpu=$(get pool 0 ours cpu_ms)
     r1=$(ratio "$(get pool 99 ours cpu_ms)" "$base_cpu")
     r2=$(ratio "$(get attach 1000 ours cpu_ms)" "$(get attach 0 ours cpu_ms)")
+    r2a=$(ratio "$(get attach 1000 ours add_cpu_ms)" "$(get attach 0 ours add_cpu_ms)")
     gc_ms=$(get gc 1000 ours wall_ms)
     num "$gc_ms" || gc_ms=n/a
     r3=$(ratio "$base_cpu" "$(get pool 0 hostdevice cpu_ms)")
@@ -505,6 +544,8 @@ if ((scale)); then
     echo
     printf 'target: CPU at 99%% of a /20 / empty pool          <= 1.20x: %7s %s\n' "$(x "$r1")" "$(verdict "$r1" 1.2)"
     printf 'target: CPU with 1000 other attachments / none    <= 1.20x: %7s %s\n' "$(x "$r2")" "$(verdict "$r2" 1.2)"
+    printf 'target: ADD CPU, 1000 other attachments / none    <= 1.10x: %7s %s (ADD alone: %s / %s ms)\n' "$(x "$r2a")" "$(verdict "$r2a" 1.1)" \
+        "$(get attach 1000 ours add_cpu_ms)" "$(get attach 0 ours add_cpu_ms)"
     printf 'target: GC of 1000 unlisted attachments          < 1000 ms: %6s ms %s\n' "$gc_ms" "$(verdict "$gc_ms" 999.99)"
     # Rows of different netns and the floor run one after the other here, not in
     # interleaved rounds: these two ratios are for reference; the default mode (rows
@@ -529,7 +570,7 @@ rounds="${BENCH_ROUNDS:-10}"
 echo "bench: $cycles cycles per row in $rounds interleaved rounds, $warmup warm-up cycles per round" >&2
 for ((k = 0; k < rounds; k++)); do
     share=$(((cycles * (k + 1)) / rounds - (cycles * k) / rounds))
-    for r in ours hostdevice floor moves bare; do
+    for r in ours base hostdevice floor moves bare; do
         want "$r" && [[ -n "${r_host[$r]-}" ]] || continue
         [[ " ${failed_rows[*]} " != *" $r "* ]] || continue
         if run_row "$r" "$share"; then ran[$r]=1; else failed_rows+=("$r"); unset "ran[$r]"; fi
@@ -539,15 +580,16 @@ done
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
-declare -A wall add del cpu wmin
-for r in ours hostdevice floor moves bare; do
+declare -A wall add del cpu acpu wmin
+for r in ours base hostdevice floor moves bare; do
     [[ -n "${ran[$r]-}" ]] || continue
     f="$tmp/$r.samples"
-    awk '{print $1 + $2, $1, $2, $3}' "$f" >"$f.w"
+    awk '{print $1 + $2, $1, $2, $3, $4}' "$f" >"$f.w"
     wall[$r]=$(median 1 "$f.w")
     add[$r]=$(median 2 "$f.w")
     del[$r]=$(median 3 "$f.w")
     cpu[$r]=$(median 4 "$f.w")
+    acpu[$r]=$(median 5 "$f.w")
     wmin[$r]=$(awk 'NR == 1 || $1 < m {m = $1} END {printf "%.2f", m / 1000}' "$f.w")
     if [[ -n "$samples_dir" ]]; then
         mkdir -p "$samples_dir"
@@ -555,17 +597,17 @@ for r in ours hostdevice floor moves bare; do
     fi
 done
 
-declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [hostdevice]="host-device + host-local"
+declare -A label=([ours]="ours: ib-sriov + ib-sriov-ipam" [base]="base: --base build, same VF" [hostdevice]="host-device + host-local"
     [floor]="kernel floor: ip link netns+name+up" [moves]="moves+renames, link down"
     [bare]="bare moves: 2x ip link netns")
 echo
 echo "ADD+DEL cycle of a VF move: medians over $cycles cycles per row ($rounds interleaved rounds, $warmup warm-up cycles each, untimed random gap 0-$gap_ms ms before each call), $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
 echo "store (IPAM dataDir of every row; ours' stateDir is on tmpfs, as /run/ib-sriov): $store_text"
-printf '%-34s %10s %10s %10s %10s %10s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms"
-for r in ours hostdevice floor moves bare; do
+printf '%-34s %10s %10s %10s %10s %10s %11s\n' "row" "wall ms" "min ms" "ADD ms" "DEL ms" "CPU ms" "ADD CPU ms"
+for r in ours base hostdevice floor moves bare; do
     want "$r" || continue
     if [[ -n "${ran[$r]-}" ]]; then
-        printf '%-34s %10s %10s %10s %10s %10s\n' "${label[$r]}" "${wall[$r]}" "${wmin[$r]}" "${add[$r]}" "${del[$r]}" "${cpu[$r]}"
+        printf '%-34s %10s %10s %10s %10s %10s %11s\n' "${label[$r]}" "${wall[$r]}" "${wmin[$r]}" "${add[$r]}" "${del[$r]}" "${cpu[$r]}" "${acpu[$r]}"
     else
         printf '%-34s %10s\n' "${label[$r]}" "FAILED"
     fi
@@ -591,6 +633,12 @@ if [[ -n "${ran[ours]-}" && -n "${ran[floor]-}" ]]; then
     printf 'target: ours wall <= 1.05 x kernel floor:     %8sx              %s\n' "$ratio" "$v3"
 else
     echo "target: ours wall <= 1.05 x kernel floor:     n/a (needs rows ours and floor)"
+fi
+if [[ -n "${ran[ours]-}" && -n "${ran[base]-}" ]]; then
+    printf 'A/B, same run: ours / base CPU of ADD+DEL:  %8s / %8s ms = %sx\n' "${cpu[ours]}" "${cpu[base]}" \
+        "$(awk -v a="${cpu[ours]}" -v b="${cpu[base]}" 'BEGIN {printf "%.3f", a / b}')"
+    printf 'A/B, same run: ours / base CPU of ADD:      %8s / %8s ms = %sx\n' "${acpu[ours]}" "${acpu[base]}" \
+        "$(awk -v a="${acpu[ours]}" -v b="${acpu[base]}" 'BEGIN {printf "%.3f", a / b}')"
 fi
 for r in moves bare; do
     if [[ -n "${ran[ours]-}" && -n "${ran[$r]-}" ]]; then
@@ -635,11 +683,11 @@ fi
 
 if [[ -n "$json_out" ]]; then
     {
-        for r in ours hostdevice floor moves bare; do
+        for r in ours base hostdevice floor moves bare; do
             [[ -n "${ran[$r]-}" ]] || continue
             jq -n --arg row "$r" --argjson wall "${wall[$r]}" --argjson min "${wmin[$r]}" --argjson add "${add[$r]}" \
-                --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" --arg syncs "${syncs[$r]-}" \
-                '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu,
+                --argjson del "${del[$r]}" --argjson cpu "${cpu[$r]}" --argjson acpu "${acpu[$r]}" --arg syncs "${syncs[$r]-}" \
+                '{row:$row,wall_ms:$wall,wall_min_ms:$min,add_ms:$add,del_ms:$del,cpu_ms:$cpu,add_cpu_ms:$acpu,
                   syncs_per_cycle:(if $syncs == "" then null else ($syncs|tonumber) end)}'
         done
     } | jq -s --argjson cycles "$cycles" --argjson warmup "$warmup" --argjson rounds "$rounds" --arg kernel "$(uname -r)" \

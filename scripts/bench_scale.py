@@ -3,7 +3,7 @@
 
 Run inside a row's host netns:  python3 bench_scale.py <row> <scenario> <level>[,<level>...]
 Prints one JSON object per level: {"level": L, "wall_ms": median, "cpu_ms": median,
-"n": samples} or {"level": L, "skip": "reason"}. The ADD+DEL cycles of pool, attach
+"add_cpu_ms": median of ADD alone (pool, attach, vfindex), "n": samples} or {"level": L, "skip": "reason"}. The ADD+DEL cycles of pool, attach
 and vfindex run all the given levels in interleaved rounds (env BENCH_ROUNDS, default
 10; each level has its own stateDir and IPAM store), so that the ratios between
 levels do not depend on machine load drifting between them.
@@ -13,8 +13,9 @@ Rows: "ours" (ib-sriov + ib-sriov-ipam on the emulated host) and "hostdevice"
   pool <0|50|99>        ADD+DEL with the /20 pool that full (records written first,
                         at random addresses, seed 1, the round-robin hint at a random one)
   attach <0|100|1000>   ADD+DEL with that many other attachments on the node (ours:
-                        journals and holder links plus their IPAM records; host-device:
-                        host-local records, all the state it has)
+                        journals and holder links, their IPAM records and the Go-format
+                        rollback files ADD writes in goCacheDir; host-device: host-local
+                        records, all the state it has)
   gc <0|100|1000>       one GC (empty valid list) with that many unlisted attachments
                         whose netdevs need no move (ours only: host-local 1.1.1 has no GC)
   vfindex <0|126>       ADD+DEL of VF 0 or VF 126 (ours only)
@@ -43,14 +44,14 @@ cycles, warmup = int(env["BENCH_CYCLES"]), int(env["BENCH_WARMUP"])
 rounds = min(max(1, int(env.get("BENCH_ROUNDS") or 10)), cycles)
 podns = env["BENCH_PODNS"]
 base = {k: v for k, v in env.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
-work = state = data = level = None
+work = state = data = gocache = level = None
 
 
 def select(lv, fresh=False):
     """Makes level lv's own dirs the current ones: its stateDir and IPAM dataDir on the
     store (BENCH_STORE_DIR), its work dir (the plugins' stdin/stdout/stderr files) on
     BENCH_TMP, a tmpfs: they stand in for the runtime's pipes."""
-    global work, state, data, level
+    global work, state, data, gocache, level
     level = lv
     name = "scale-%s-%s-%d" % (row, scenario, lv)
     work, stored = os.path.join(tmp, name), os.path.join(store, name)
@@ -59,6 +60,8 @@ def select(lv, fresh=False):
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
     state, data = os.path.join(stored, "state"), os.path.join(stored, "ipam")
+    # The Go-format rollback files (goCacheDir, /var/lib/cni/ib-sriov on a node): on the store.
+    gocache = os.path.join(stored, "go-cache")
 
 NET = "bench"
 SUBNET_HOSTS = 4093  # 10.80.0.0/20 without network, gateway (.1) and broadcast
@@ -76,7 +79,7 @@ def conf(dev):
             "subnet": "10.80.0.0/20", "dataDir": data}
     if row == "ours":
         return {"cniVersion": "1.1.0", "name": NET, "type": "ib-sriov", "deviceID": dev,
-                "stateDir": state, "ipam": ipam}
+                "stateDir": state, "goCacheDir": gocache, "ipam": ipam}
     return {"cniVersion": "1.0.0", "name": NET, "type": "host-device", "device": dev,
             "ipam": ipam}
 
@@ -134,6 +137,7 @@ def interleaved_medians(dev_of):
     so that drifting machine load hits all levels alike. dev_of(level) is the device."""
     walls = {lv: [] for lv in levels}
     cpus = {lv: [] for lv in levels}
+    add_cpus = {lv: [] for lv in levels}
     n = 0
     for k in range(rounds):
         share = (cycles * (k + 1)) // rounds - (cycles * k) // rounds
@@ -148,9 +152,11 @@ def interleaved_medians(dev_of):
                 if i >= warmup:
                     walls[lv].append(aw + dw)
                     cpus[lv].append(ac + dc)
+                    add_cpus[lv].append(ac)
     for lv in levels:
         select(lv)
-        result(statistics.median(walls[lv]), statistics.median(cpus[lv]), len(walls[lv]))
+        result(statistics.median(walls[lv]), statistics.median(cpus[lv]), len(walls[lv]),
+               statistics.median(add_cpus[lv]))
 
 
 def ip_of(k):  # host k of 10.80.0.0/20, k >= 2 (.1 is the gateway)
@@ -182,7 +188,8 @@ def journal_template():
 
 def fake_journals(n, unlisted_gc):
     """n journals of other attachments on up to 128 (fake) VFs, each with its holder
-    link and one IPAM record, as ADD leaves them. For GC they carry no netdev step."""
+    link, one IPAM record and (but for GC) its Go-format rollback file in goCacheDir, as
+    ADD leaves them. For GC they carry no netdev step."""
     if n == 0:
         return
     t = journal_template()
@@ -199,6 +206,15 @@ def fake_journals(n, unlisted_gc):
         j["containerId"], j["vf"] = cid, vf
         ip = ip_of(1000 + i)
         steps = [{"step": "ipam", "ipam_type": "ib-sriov-ipam", "ips": [ip]}] if unlisted_gc else t["steps"]
+        if not unlisted_gc:
+            steps = [dict(x) for x in steps]
+            for x in steps:
+                if x.get("step") == "go_cache" and x.get("content"):
+                    x["path"] = os.path.join(gocache, "%s-net1" % cid)
+                    x["content"] = x["content"].replace("template", cid).replace(t["vf"], vf)
+                    os.makedirs(gocache, mode=0o700, exist_ok=True)
+                    with open(x["path"], "w") as f:
+                        f.write(x["content"])
         j["steps"] = steps
         name = "%s:net1" % cid
         with open(os.path.join(state, name), "w") as f:
@@ -211,8 +227,11 @@ def fake_journals(n, unlisted_gc):
             f.write("%s\r\nnet1" % cid)
 
 
-def result(wall, cpu, n):
-    print(json.dumps({"level": level, "wall_ms": round(wall, 2), "cpu_ms": round(cpu, 2), "n": n}))
+def result(wall, cpu, n, add_cpu=None):
+    r = {"level": level, "wall_ms": round(wall, 2), "cpu_ms": round(cpu, 2), "n": n}
+    if add_cpu is not None:
+        r["add_cpu_ms"] = round(add_cpu, 2)
+    print(json.dumps(r))
 
 
 def skip(reason):

@@ -153,13 +153,8 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    let _ = fs::remove_file(&tmp);
     let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
-            .open(&tmp)?;
+        let mut f = open_temp(&tmp)?;
         f.write_all(data)?;
         match renameat2(
             AT_FDCWD,
@@ -183,7 +178,9 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         }
         Ok(())
     })();
-    let _ = fs::remove_file(&tmp);
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
     res
 }
 
@@ -192,6 +189,27 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
 /// that only makes the next DEL do work it would have done anyway).
 pub fn replace_nosync(path: &Path, data: &[u8]) -> io::Result<()> {
     write_replace(path, data, false)
+}
+
+/// Creates the temp file `tmp` exclusively (`O_EXCL`, which does not follow symlinks;
+/// `O_NOFOLLOW`). The temp name is predictable: whatever is there (a temp file of a
+/// killed writer that had this pid, or a planted symlink or FIFO) is unlinked, never
+/// followed, and the creation tried once more.
+fn open_temp(tmp: &Path) -> io::Result<File> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
+            .open(tmp)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let _ = fs::remove_file(tmp);
+            open()
+        }
+        r => r,
+    }
 }
 
 fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
@@ -206,16 +224,8 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    // The temp name is predictable: whatever is there (a temp file of a killed writer
-    // that had this pid, or a planted symlink or FIFO) is unlinked, never followed, and
-    // the file is created exclusively (O_EXCL does not follow symlinks).
-    let _ = fs::remove_file(&tmp);
     let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc_flags(OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC))
-            .open(&tmp)?;
+        let mut f = open_temp(&tmp)?;
         f.write_all(data)?;
         if !durable {
             return fs::rename(&tmp, path);
@@ -328,6 +338,24 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
         .sync_all()
 }
 
+/// Runs `f`, which creates something in `dir`; when that fails with `NotFound`, creates
+/// `dir` with its parents (mode 0777 before the umask, as `create_dir_all`) and runs `f`
+/// once more. For directories that almost always exist: no `mkdir` and `stat` per write.
+///
+/// Errors: `(false, e)` from `f`; `(true, e)` when `dir` could not be created.
+pub fn in_dir<T>(
+    dir: Option<&Path>,
+    mut f: impl FnMut() -> io::Result<T>,
+) -> Result<T, (bool, io::Error)> {
+    match (f(), dir) {
+        (Err(e), Some(d)) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(d).map_err(|e| (true, e))?;
+            f().map_err(|e| (false, e))
+        }
+        (r, _) => r.map_err(|e| (false, e)),
+    }
+}
+
 /// An exclusive flock held until dropped (the kernel also drops it if the process dies).
 #[derive(Debug)]
 pub struct FileLock {
@@ -378,11 +406,10 @@ impl std::error::Error for LockError {}
 /// [`LockError::Io`] naming the path when it cannot be created, is not a regular file
 /// (see [`is_not_regular`]) or flock fails otherwise (callers map this to code 5).
 pub fn lock_with_timeout(path: &Path, timeout: Duration) -> Result<FileLock, LockError> {
-    if let Some(d) = path.parent() {
-        fs::create_dir_all(d).map_err(|e| LockError::Io(path.to_path_buf(), e))?;
-    }
-    let file = open_regular(path, OFlag::O_RDWR | OFlag::O_CREAT, 0o644)
-        .map_err(|e| LockError::Io(path.to_path_buf(), e))?;
+    let file = in_dir(path.parent(), || {
+        open_regular(path, OFlag::O_RDWR | OFlag::O_CREAT, 0o644)
+    })
+    .map_err(|e| LockError::Io(path.to_path_buf(), e.1))?;
     match flock_until(&file, true, Instant::now() + timeout) {
         Ok(true) => Ok(FileLock {
             _file: file,

@@ -419,10 +419,11 @@ impl JournalStore {
     /// survives it (an on-disk `stateDir`) stale.
     pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
         let data = serde_json::to_vec_pretty(j)
             .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
-        replace_nosync(&path, &data).map_err(self.io(&path))
+        crate::fsutil::in_dir(Some(&self.dir), || replace_nosync(&path, &data)).map_err(
+            |(dir, e)| JournalError::Io(if dir { self.dir.clone() } else { path.clone() }, e),
+        )
     }
 
     /// Writes the journal of a new attachment (ADD's plan) atomically, before its first
@@ -437,16 +438,18 @@ impl JournalStore {
     /// I/O errors naming the file.
     pub fn create(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
         let data = serde_json::to_vec_pretty(j)
             .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
-        match create_new(&path, &data, false) {
+        match crate::fsutil::in_dir(Some(&self.dir), || create_new(&path, &data, false)) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match Self::load_path(&path)? {
-                None => self.save(j),
-                Some(_) => Err(JournalError::Exists(path)),
-            },
-            Err(e) => Err(JournalError::Io(path, e)),
+            Err((false, e)) if e.kind() == io::ErrorKind::AlreadyExists => {
+                match Self::load_path(&path)? {
+                    None => self.save(j),
+                    Some(_) => Err(JournalError::Exists(path)),
+                }
+            }
+            Err((true, e)) => Err(JournalError::Io(self.dir.clone(), e)),
+            Err((false, e)) => Err(JournalError::Io(path, e)),
         }
     }
 

@@ -232,9 +232,15 @@ impl Logger {
             "{} {:5} ib-sriov[{}] {prefix}: {msg}\n",
             rfc3339_utc(SystemTime::now()),
             r.level(),
-            std::process::id(),
+            pid(),
         )
     }
+}
+
+/// This process's ID, asked of the kernel once (`getpid(2)` is a system call per use).
+fn pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// The journal when journald listens on [`JOURNAL_SOCKET`] (it accepted an empty

@@ -356,7 +356,9 @@ impl NodePolicy {
             .map_err(|e| format!("extraPathRoots: {e}"))?;
         for roots in p.roots.values_mut() {
             for r in &extra {
-                if !roots.contains(r) {
+                // Both normalized (built from components): the bytes compare as the
+                // components would, without parsing them again.
+                if !roots.iter().any(|x| x.as_os_str() == r.as_os_str()) {
                     roots.push(r.clone());
                 }
             }
@@ -374,6 +376,12 @@ impl NodePolicy {
     /// Errors: a [`PathViolation`] naming the key, the path, why, the key's roots and
     /// [`NODE_FILE`].
     pub fn check(&self, key: PathKey, path: &str) -> Result<(), PathViolation> {
+        self.check_with(key, path, &mut Lstats::default())
+    }
+
+    /// [`NodePolicy::check`] with the `lstat` results of earlier checks of one call
+    /// (the roots and the prefixes its paths share are looked up once).
+    fn check_with(&self, key: PathKey, path: &str, memo: &mut Lstats) -> Result<(), PathViolation> {
         let refuse = |refusal| PathViolation {
             key,
             path: path.to_string(),
@@ -399,11 +407,12 @@ impl NodePolicy {
             return Err(refuse(Refusal::OutsideRoots));
         }
         // The path as the host resolves it, once for every root it starts with.
-        let real = resolve(&self.host_root, p)
+        let real = resolve_with(&self.host_root, p, memo)
             .map_err(|e| refuse(Refusal::Unresolvable(e.to_string())))?;
         // The root as the host resolves it too (an admin's root may itself be a link).
         if matching.any(|root| {
-            resolve(&self.host_root, root).is_ok_and(|real_root| real.starts_with(real_root))
+            resolve_with(&self.host_root, root, memo)
+                .is_ok_and(|real_root| real.starts_with(real_root))
         }) {
             return Ok(());
         }
@@ -504,11 +513,12 @@ pub fn screen(conf: &Value, host_root: &Path, keys: &[PathKey]) -> Screened {
         NodePolicy::defaults(host_root)
     });
     out.defaults = policy.defaults.clone();
+    let mut memo = Lstats::default();
     for (key, path) in configured_paths(conf) {
         if !keys.contains(&key) {
             continue;
         }
-        match (key, policy.check(key, &path)) {
+        match (key, policy.check_with(key, &path, &mut memo)) {
             (PathKey::LogFile, Ok(())) => out.log_file = Some(PathBuf::from(path)),
             (PathKey::LogFile, Err(v)) => out
                 .warnings
@@ -576,6 +586,23 @@ fn read_node_file(p: &Path) -> io::Result<Vec<u8>> {
 /// path would land cannot be proved), more than 40 links (`ELOOP`), or another error of
 /// `lstat(2)` but `ENOENT` and `ENOTDIR`.
 pub fn resolve(host_root: &Path, p: &Path) -> io::Result<PathBuf> {
+    resolve_with(host_root, p, &mut Lstats::default())
+}
+
+/// What `lstat(2)` said of a node path, kept for the other checks of one call: a link
+/// (its target), something else, or nothing (`ENOENT`, `ENOTDIR`).
+#[derive(Clone)]
+enum Lstat {
+    Link(PathBuf),
+    Other,
+    Missing,
+}
+
+/// The `lstat` results of one call's checks, by node path.
+type Lstats = std::collections::HashMap<OsString, Lstat>;
+
+/// [`resolve`] with `memo`: each node path is looked at once per call.
+fn resolve_with(host_root: &Path, p: &Path, memo: &mut Lstats) -> io::Result<PathBuf> {
     let mut todo: std::collections::VecDeque<OsString> = link_parts(p).into();
     let mut cur = PathBuf::from("/");
     let mut links = 0;
@@ -597,15 +624,39 @@ pub fn resolve(host_root: &Path, p: &Path) -> io::Result<PathBuf> {
             cur = next;
             continue;
         }
-        match std::fs::symlink_metadata(under(host_root, &next)) {
-            Ok(m) if m.file_type().is_symlink() => {
+        let seen = match memo.get(next.as_os_str()) {
+            Some(l) => l.clone(),
+            None => {
+                let on_host = if host_root == Path::new("/") {
+                    next.clone()
+                } else {
+                    under(host_root, &next)
+                };
+                let l = match std::fs::symlink_metadata(&on_host) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        Lstat::Link(std::fs::read_link(&on_host)?)
+                    }
+                    Ok(_) => Lstat::Other,
+                    Err(e)
+                        if e.kind() == io::ErrorKind::NotFound
+                            || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>
+                    {
+                        Lstat::Missing
+                    }
+                    Err(e) => return Err(e),
+                };
+                memo.insert(next.clone().into_os_string(), l.clone());
+                l
+            }
+        };
+        match seen {
+            Lstat::Link(target) => {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(io::Error::from_raw_os_error(
                         nix::errno::Errno::ELOOP as i32,
                     ));
                 }
-                let target = std::fs::read_link(under(host_root, &next))?;
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
                 }
@@ -615,11 +666,8 @@ pub fn resolve(host_root: &Path, p: &Path) -> io::Result<PathBuf> {
                     todo.push_front(part);
                 }
             }
-            Ok(_) => cur = next,
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>
-            {
+            Lstat::Other => cur = next,
+            Lstat::Missing => {
                 if in_target {
                     return Err(io::Error::new(
                         io::ErrorKind::NotFound,
@@ -632,7 +680,6 @@ pub fn resolve(host_root: &Path, p: &Path) -> io::Result<PathBuf> {
                 exists = false;
                 cur = next;
             }
-            Err(e) => return Err(e),
         }
     }
     Ok(cur)

@@ -156,3 +156,89 @@ fn every_fixture_parses_and_a_corrupt_one_is_named() {
     );
     assert!(cache.exists());
 }
+
+/// ADD finds a Go plugin attachment holding its VF through the Go cache directory's
+/// index (src/plugin/go_index.rs) whatever became of the index: the Go file written
+/// behind its back (after our ADD recorded the directory), the index then up to date, an
+/// older copy of it, a corrupt one, none, and a crash of our ADD between writing its own
+/// rollback file and the index. Each time the ADD is refused with code 101 naming the
+/// Go attachment. A Go file removed behind its back is not believed either: the stale
+/// entry is read again, and ADD then fails only because the VF's netdev is in the Go pod.
+#[test]
+fn go_holder_is_found_whatever_the_index() {
+    let lab = Lab::default();
+    let f = manifest("b-noguid-hostlocal");
+    let n = f["vf"].as_u64().unwrap() as u32;
+    let go_dir = lab.host.root().join("go-cache");
+    // Ours on VFs 0 and 1: their rollback files in the Go cache dir, indexed as ours
+    // (the second ADD lists the directory the first one created, then records its own).
+    let (p0, p1) = (lab.host.new_pod(), lab.host.new_pod());
+    let (c0, c1) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
+    lab.add("ours-0", &p0, &c0).expect_ok();
+    lab.add("ours-1", &p1, &c1).expect_ok();
+    let index = ib_sriov_cni::plugin::go_index::index_path(&lab.state, &go_dir);
+    let older = std::fs::read(&index).unwrap();
+    let ours = std::fs::read_to_string(format!("{}.ours", index.display())).unwrap();
+    assert!(
+        ours.contains(" ours-0-net1\n") && ours.contains(" ours-1-net1\n"),
+        "our own files are logged as ours: {ours}"
+    );
+    // The Go plugin attaches VF n: its file appears behind the index's back.
+    let gpod = lab.host.new_pod();
+    go_add(&lab, &f, &gpod, &del_conf(&lab, &f));
+    let go_file = go_dir.join(f["file"].as_str().unwrap());
+    std::fs::copy(
+        fixtures()
+            .join(f["dir"].as_str().unwrap())
+            .join(f["file"].as_str().unwrap()),
+        &go_file,
+    )
+    .unwrap();
+    let conf = lab.conf("1.0.0", n);
+    let refused = |what: &str| {
+        let pod = lab.host.new_pod();
+        let e = lab.add("new", &pod, &conf).expect_code(101);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("attached by the Go ib-sriov-cni")
+                && msg.contains(f["file"].as_str().unwrap()),
+            "{what}: {msg}"
+        );
+    };
+    refused("a Go file written behind the index");
+    refused("the index brought up to date");
+    std::fs::write(&index, &older).unwrap();
+    refused("an older copy of the index");
+    std::fs::write(&index, "ib-sriov go-cache index 2\nstamp x\n").unwrap();
+    refused("a corrupt index");
+    std::fs::remove_file(&index).unwrap();
+    refused("no index");
+    // Our ADD on VF 3 killed after its rollback file, before the index write.
+    let p3 = lab.host.new_pod();
+    let c3 = lab.conf("1.0.0", 3);
+    let killed = lab.run(
+        "ADD",
+        "ours-3",
+        p3.netns(),
+        &c3,
+        &[("IB_SRIOV_FAILPOINTS", "go_index.save=kill")],
+    );
+    assert!(!killed.ok, "the ADD was killed");
+    assert!(go_dir.join("ours-3-net1").exists(), "killed after its file");
+    refused("a crash between a change and the index write");
+    lab.del("ours-3", p3.netns(), &c3).expect_ok();
+    // The Go file removed behind the index's back: its entry is read again, not believed.
+    refused("the index brought up to date again");
+    std::fs::remove_file(&go_file).unwrap();
+    let pod = lab.host.new_pod();
+    let e = lab.add("new", &pod, &conf).expect_code(7);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("has no netdev in the host"),
+        "{e}"
+    );
+    lab.del("ours-0", p0.netns(), &c0).expect_ok();
+    lab.del("ours-1", p1.netns(), &c1).expect_ok();
+}

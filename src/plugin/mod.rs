@@ -7,6 +7,7 @@ mod check;
 mod del;
 pub mod errors;
 pub mod gc;
+pub mod go_index;
 pub mod rdma;
 pub mod rebind_queue;
 pub mod status;

@@ -29,7 +29,7 @@ use crate::journal::{Journal, NetdevId, Step, JOURNAL_VERSION};
 use crate::netlink::Netlink;
 use crate::netns::NetNs;
 use crate::types::{format_hwaddr, Guid, LinkState, VfIndex};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where a Go cache of this attachment may be: the configured `stateDir` (the Go
 /// plugin's own directory was the default of earlier versions), `goCacheDir` and the
@@ -140,36 +140,20 @@ pub(super) fn drop_ours(go: &GoAttachment) -> Result<(), CniError> {
         })
 }
 
-/// The Go plugin's attachment of VF `vf`, if a Go cache file (not one our ADD wrote) in
-/// any of the directories DEL reads names it. Every file there is read (only those that
-/// mention the VF's address are parsed); unreadable ones are skipped.
+/// The Go plugin's attachment of VF `vf`, if a Go cache file (not one our ADD wrote)
+/// names it in a directory the Go plugin writes: `goCacheDir` and the Go plugin's fixed
+/// directory (the stateDir too when it is one of them; the Go plugin writes nowhere
+/// else, `config.DefaultCNIDir`). Found through each directory's index
+/// ([`super::go_index`]): a node's own rollback files are not read again at every ADD.
 pub(super) fn holder_of(ctx: &Ctx, vf: crate::types::PciAddress) -> Option<GoAttachment> {
-    let needle = vf.to_string();
-    for dir in dirs(ctx) {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // Journals (`<cid>:<ifname>`), temp files, `locks/`, `vfs/`.
-            if name.contains(':') || name.starts_with('.') || name == "locks" || name == "vfs" {
-                continue;
-            }
-            let p = e.path();
-            let Ok(b) = crate::fsutil::read_regular_bounded(&p, gocache::MAX_GO_CACHE_BYTES) else {
-                continue;
-            };
-            if !String::from_utf8_lossy(&b).contains(&needle) {
-                continue;
-            }
-            if let Ok(g) = gocache::parse(&b, p) {
-                if g.vf == vf && g.ours.is_none() {
-                    return Some(g);
-                }
-            }
-        }
-    }
-    None
+    let go: Vec<PathBuf> = dirs(ctx)
+        .into_iter()
+        .filter(|d| {
+            Some(d) == ctx.conf.go_cache_dir.as_ref()
+                || d.as_path() == Path::new(gocache::GO_CACHE_DIR)
+        })
+        .collect();
+    super::go_index::holder(ctx.store.dir(), &go, vf)
 }
 
 /// Finishes what the DEL of the Go plugin's attachment `go` would do to its VF, for an

@@ -2548,7 +2548,14 @@ impl World {
             .join("tests/fixtures/go-cache")
             .join(f["dir"].as_str().unwrap())
             .join(f["file"].as_str().unwrap());
-        let dst = self.state.join(f["file"].as_str().unwrap());
+        // Where the Go plugin writes it: its cache directory (the emulated host's
+        // goCacheDir, <root>/go-cache), the one ADD looks in for a Go holder.
+        let dst = self
+            .host
+            .root()
+            .join("go-cache")
+            .join(f["file"].as_str().unwrap());
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
         std::fs::copy(&src, &dst).unwrap();
         std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o600)).unwrap();
         let guid = stdin["runtimeConfig"]["infinibandGUID"]
@@ -2791,7 +2798,13 @@ impl World {
         for f in list(&self.state) {
             if f == "locks" {
                 for l in list(&self.state.join("locks")) {
-                    if !l.ends_with(".lock") && l != "rebind" && l != "rebind.queue" {
+                    // Lock files, and the Go cache directories' indexes (a cache of
+                    // what those directories show, src/plugin/go_index.rs).
+                    if !l.ends_with(".lock")
+                        && l != "rebind"
+                        && l != "rebind.queue"
+                        && !l.starts_with("go-cache-index.")
+                    {
                         left.push(format!("locks/{l}"));
                     }
                 }

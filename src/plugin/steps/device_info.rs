@@ -32,18 +32,25 @@ pub(super) fn apply(path: &Path, content: &str) -> Result<(), super::StepFailure
 /// files an ADD killed while writing it left (`.<name>.tmp.<pid>`, ours: the path is
 /// this attachment's and its writers hold the VF lock); anything else is left in place.
 pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
-    remove_if_ours(path, content, "device-info file")
+    remove_if_ours(path, content, "device-info file", true)
 }
 
-/// Removes `path` (and its killed writers' temp files) when it is a regular file that
+/// Removes `path` (and, with `sweep`, its killed writers' temp files) when it is a regular file that
 /// holds exactly `content`; a file that differs, or is not a regular file, is logged
 /// (naming it as `what`) and left in place. Not fsync'd: a removal lost in a crash
 /// leaves the file of a pod that is gone, which the next DEL (its journal stays until
 /// the undo is complete) removes again.
 ///
 /// Errors: code 5 (I/O) when the removal itself fails.
-pub(super) fn remove_if_ours(path: &Path, content: &str, what: &str) -> Result<(), CniError> {
-    crate::fsutil::remove_temps_of(path);
+pub(super) fn remove_if_ours(
+    path: &Path,
+    content: &str,
+    what: &str,
+    sweep: bool,
+) -> Result<(), CniError> {
+    if sweep {
+        crate::fsutil::remove_temps_of(path);
+    }
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)

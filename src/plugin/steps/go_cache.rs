@@ -41,7 +41,11 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
     // file that is not this attachment's.
     let why = if path.file_name().is_some_and(|n| n.len() > NAME_MAX) {
         format!("its name is longer than {NAME_MAX} bytes")
-    } else if !write_new(&path, &content).map_err(io)? {
+    } else if !super::super::go_index::creating(cx.ctx.store.dir(), &path, || {
+        write_new(&path, &content)
+    })
+    .map_err(io)?
+    {
         "another file has its name (another attachment's, or the Go plugin's): left alone"
             .to_string()
     } else {
@@ -65,16 +69,17 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), sup
 /// holds `content` now (written, or already by an earlier run of this ADD), `Ok(false)`
 /// when another file is there.
 fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
-    match std::fs::read(path) {
-        Ok(b) if b == content.as_bytes() => return Ok(true),
-        Ok(_) => return Ok(false),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => return Ok(false),
-    }
-    let tmp = write_temp(path, content)?;
-    // link(2) never replaces: of two writers of one name, one wins.
-    let r = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
+    // link(2) never replaces (a file already there, ours from an earlier run of this ADD
+    // or another's, is compared below): of two writers of one name, one wins.
+    let r = match link_anonymous(path, content) {
+        Some(r) => r,
+        None => {
+            let tmp = write_temp(path, content)?;
+            let r = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            r
+        }
+    };
     match r {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -82,6 +87,67 @@ fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Writes `content` into an unnamed file in `path`'s directory (`O_TMPFILE`, its
+/// directory made 0700 when missing) and links it as `path` (`linkat(2)` with
+/// `AT_EMPTY_PATH`): the file appears whole, and a writer killed before the link leaves
+/// nothing behind (no temp name for DEL to sweep). `None` when the filesystem or the
+/// kernel cannot (`O_TMPFILE` refused, `linkat` not permitted): the caller then writes
+/// a named temp file ([`write_temp`]).
+fn link_anonymous(path: &Path, content: &str) -> Option<std::io::Result<()>> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_TMPFILE | nix::libc::O_CLOEXEC)
+            .open(dir)
+    };
+    let mut f = in_private_dir(dir, open).ok()?;
+    if let Err(e) = f.write_all(content.as_bytes()) {
+        return Some(Err(e));
+    }
+    use std::os::fd::AsRawFd;
+    let to = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: linkat on an fd this function owns and two NUL-terminated strings.
+    let rc = unsafe {
+        nix::libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            nix::libc::AT_FDCWD,
+            to.as_ptr(),
+            nix::libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        return Some(Ok(()));
+    }
+    match std::io::Error::last_os_error() {
+        e if e.kind() == std::io::ErrorKind::AlreadyExists => Some(Err(e)),
+        _ => None,
+    }
+}
+
+/// Runs `open` (a creation in `dir`); when `dir` is missing, makes it (0700, as
+/// `utils.SaveNetConf`, with its parents) and runs `open` once more: no mkdir and stat
+/// at every ADD.
+fn in_private_dir<T>(dir: &Path, open: impl Fn() -> std::io::Result<T>) -> std::io::Result<T> {
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| open()),
+        r => r,
+    }
+}
+
+/// Whether a writer of this step may have left a named temp file in `dir`: only where
+/// `O_TMPFILE` is missing ([`link_anonymous`]; ext4, xfs, btrfs and tmpfs have it since
+/// Linux 3.11-3.15).
+fn named_temps_possible(dir: &Path) -> bool {
+    !crate::plugin::go_index::common_fs(dir)
 }
 
 /// Longest file name, in bytes (NAME_MAX, linux/limits.h).
@@ -92,10 +158,6 @@ const NAME_MAX: usize = 255;
 /// `.ib-sriov-go-cache.tmp.<pid>`.
 fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let pid = std::process::id();
     let tmp = match format!(".{name}.tmp.{pid}") {
@@ -103,15 +165,15 @@ fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf>
         _ => dir.join(format!(".ib-sriov-go-cache.tmp.{pid}")),
     };
     let _ = std::fs::remove_file(&tmp);
-    let r = (|| {
-        let mut f = std::fs::OpenOptions::new()
+    let open = || {
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
-            .open(&tmp)?;
-        f.write_all(content.as_bytes())
-    })();
+            .open(&tmp)
+    };
+    let r = in_private_dir(dir, open).and_then(|mut f| f.write_all(content.as_bytes()));
     match r {
         Ok(()) => Ok(tmp),
         Err(e) => {
@@ -160,9 +222,15 @@ fn render(ctx: &crate::plugin::Ctx, j: &Journal) -> String {
     crate::gocache::render(&ctx.conf.raw, &facts)
 }
 
-/// Removes the file while it holds exactly what ADD wrote (after every other undo).
-pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
-    super::device_info::remove_if_ours(path, content, "Go plugin cache file")
+/// Removes the file while it holds exactly what ADD wrote (after every other undo),
+/// keeping the Go cache directory's index true (`plugin::go_index`).
+pub(super) fn undo(state_dir: &Path, path: &Path, content: &str) -> Result<(), CniError> {
+    super::super::go_index::removing(state_dir, path, || {
+        // No listing of the directory (one file per attachment) for temp files where
+        // the writer leaves none.
+        let sweep = path.parent().is_some_and(named_temps_possible);
+        super::device_info::remove_if_ours(path, content, "Go plugin cache file", sweep)
+    })
 }
 
 /// The journal's Go cache file when the attachment was undone by the Go plugin's DEL:

@@ -336,7 +336,10 @@ pub fn undo(
     if errs.is_empty() {
         for s in steps {
             if let Step::GoCache { path, content } = s {
-                errs.check(go_cache::undo(path, content).and_then(|_| hit("del.go_cache")));
+                errs.check(
+                    go_cache::undo(ctx.store.dir(), path, content)
+                        .and_then(|_| hit("del.go_cache")),
+                );
             }
         }
     }
