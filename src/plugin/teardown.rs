@@ -131,11 +131,19 @@ fn gone_file_done(
 /// `stateDir` that outlived a reboot: the pod netns, the moves, the PF-side VF settings
 /// ended with that boot), or undone by the Go plugin's DEL after a rollback (its cache
 /// file gone and the host showing the VF as Go's DEL leaves it: [`gone_file_done`]). The VF is
-/// not touched (it may be another pod's by now); the IPAM allocation is released (when
+/// not touched (it may be another pod's by now); the device-info file ADD wrote is
+/// removed while it holds what ADD wrote; the IPAM allocation is released (when
 /// `release_ipam`; GC releases IPAM itself; a release already done is a no-op), then
 /// the journal and its holder link are removed. Errors: the release failing (the
 /// journal stays for a retry), or removing the files.
 fn drop_untouched(ctx: &Ctx, j: &Journal, release_ipam: bool) -> Result<(), CniError> {
+    // Our device-info file is not the VF's: removed while it holds what ADD wrote (a
+    // DEL of ours killed between its netdev and device-info undos left it).
+    for s in &j.steps {
+        if let crate::journal::Step::DeviceInfo { path, content } = s {
+            super::steps::remove_device_info(path, content)?;
+        }
+    }
     let has_ipam = j
         .steps
         .iter()

@@ -33,6 +33,7 @@ mod netdev_move;
 mod rdma_move;
 
 pub use addresses::DAD_WAIT;
+pub use device_info::undo as remove_device_info;
 pub use go_cache::{as_go_left, file_gone, GoneFile};
 pub use ipam::{release as release_ipam, release_with};
 pub use netdev::{
