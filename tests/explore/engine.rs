@@ -1219,7 +1219,8 @@ impl World {
                 None => continue,
             };
             let name = name.as_str();
-            let Some(l) = self.start.link(name) else {
+            // Its identity (ifindex, MAC) as at the start, whatever its name now.
+            let Some(l) = vf.netdev.as_deref().and_then(|n| self.start.link(n)) else {
                 continue;
             };
             let d = vf.dir.join("net").join(name);
