@@ -75,7 +75,7 @@ fn find_with(ctx: &Ctx, skip_invalid: bool) -> Result<Option<GoAttachment>, CniE
                 return Err(CniError::new(crate::cni::code::IO_FAILURE, e.to_string()))
             }
             Err(e) if skip_invalid => log::warn!(
-                "{e}: it is not acted on (nothing in it can be trusted) and is left in place"
+                "{e}: it is not acted on (nothing in it can be trusted) and is left in place; if the Go ib-sriov-cni attached this pod, its VF is not restored by this DEL (ib-sriov doctor shows the VF)"
             ),
             Err(e) => return Err(CniError::config(e.to_string())),
         }

@@ -1587,7 +1587,8 @@ impl World {
 
     /// A `wipe` the model follows: no lock held or disk filled by the explorer, and
     /// every attachment of ours holding a VF is a live one on a netdev VF whose rollback
-    /// cache file is intact (what its DEL then undoes from). The losses beyond that (a killed ADD's
+    /// cache file is intact (what its DEL then undoes from) and whose name no link
+    /// squats. The losses beyond that (a killed ADD's
     /// half-made attachment, a vfio VF, a cache file already gone) are written down in
     /// docs/operations.md, not explored.
     fn wipe_ok(&self) -> bool {
@@ -1601,6 +1602,11 @@ impl World {
                 .all(|a| {
                     a.st == St::Live
                         && DEVS[a.dev].3 == DevKind::Netdev
+                        // A squatter on its host name: the emulated sysfs would list
+                        // the squatter under the VF (the kernel's lists the VF's own
+                        // netdevs only), as for Go attachments, which are never
+                        // squatted.
+                        && self.model.devs[a.dev].squat.is_none()
                         && (a.wiped || self.go_file_intact(&a.cid, &a.ifn))
                         && (!a.wiped || self.go_file(&a.cid, &a.ifn).exists())
                 })
