@@ -221,6 +221,8 @@ pub enum GoneFile {
 /// another attachment holds the VF is the caller's to check first.
 pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError> {
     let mut found = Vec::new();
+    // The port GUID in the IPoIB address of the netdev in the host (20 bytes only).
+    let mut ipoib = None;
     if !j.vfio {
         let Some((id, host_name, ..)) = j.netdev() else {
             return Ok(GoneFile::NotUndone("the journal records no netdev".into()));
@@ -241,6 +243,7 @@ pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError>
             "netdev {} (ifindex {}) in the host",
             l.name, l.index
         ));
+        ipoib = Guid::from_ipoib_hwaddr(&l.address);
     }
     let view = crate::plugin::vfattr::PfView::for_journal(&host.nl, host.sysfs, j);
     let mut st = None;
@@ -269,7 +272,6 @@ pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError>
                 if go_sets.is_none_or(|g| g == *want) {
                     continue;
                 }
-                let ipoib = find_ipoib(host, j)?;
                 let now = match read() {
                     Ok(st) => st.guids_with_ipoib(ipoib).1,
                     Err(e) => return Ok(GoneFile::NotUndone(format!("its GUID: {e}"))),
@@ -315,13 +317,4 @@ pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError>
         found.push("nothing of the attachment on it".into());
     }
     Ok(GoneFile::AsGoLeavesIt(found.join(", ")))
-}
-
-/// The port GUID in the IPoIB address of the VF's netdev in the host, if there is one.
-fn find_ipoib(host: &super::Host, j: &Journal) -> Result<Option<Guid>, CniError> {
-    if j.vfio {
-        return Ok(None);
-    }
-    let id = j.netdev().map(|n| n.0);
-    Ok(super::find_in_host(host, j.vf, id)?.and_then(|l| Guid::from_ipoib_hwaddr(&l.address)))
 }
