@@ -204,8 +204,9 @@ pub enum GoneFile {
 /// `cmd/ib-sriov-cni/main.go` `cmdDel`/`handleVFCleanup`, `pkg/sriov/sriov.go`
 /// `ReleaseVF`/`ResetVFConfig`): the netdev, found by the VF's identity (its
 /// `<VF>/net/` entry, parent device, recorded ifindex and address), in the host netns
-/// and no longer under the pod's name (`ReleaseVF` renames it to `HostIFNames` and moves
-/// it out); the GUID no longer the one ADD set (`ResetVFConfig` sets `HostIFGUID`) and
+/// under its name from before ADD (`ReleaseVF` renames it to `HostIFNames` and moves it
+/// out; not the pod's name, nor the `dev<ifindex>` the kernel gives a netdev it returns
+/// from a dead netns when the name is taken); the GUID no longer the one ADD set (`ResetVFConfig` sets `HostIFGUID`) and
 /// the link state no longer the one ADD set (`ResetVFConfig` sets `auto`). A fact
 /// that Go's DEL would not change (ADD set `auto`, the GUID Go restores is the one ADD
 /// set, the host name was CNI_IFNAME already, a GUID the VF got from the operator's
@@ -236,6 +237,15 @@ pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError>
         if l.name == j.ifname && host_name != j.ifname {
             return Ok(GoneFile::NotUndone(format!(
                 "its netdev is in the host under the pod's name {} (ifindex {}), not {host_name}",
+                l.name, l.index
+            )));
+        }
+        // Go's DEL renames it to HostIFNames before the move (and again after its
+        // rebind): any other name is the kernel's (`dev<ifindex>` when it returned the
+        // netdev of a dead netns whose name was taken) or another DEL's fallback.
+        if l.name != host_name {
+            return Ok(GoneFile::NotUndone(format!(
+                "its netdev is in the host as {} (ifindex {}), not under its name {host_name}",
                 l.name, l.index
             )));
         }
