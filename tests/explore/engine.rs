@@ -2461,9 +2461,13 @@ impl World {
                 match &c.out {
                     Outcome::Ok(_) => {
                         for k in targets {
-                            if let Some(a) = self.model.atts.get_mut(&k).filter(|a| a.wiped) {
+                            if let Some(a) =
+                                self.model.atts.get_mut(&k).filter(|a| a.wiped && a.holds())
+                            {
                                 // No journal for GC to undo: its IPAM records may go,
-                                // its VF stays until its DEL (from its cache file).
+                                // its VF stays until its DEL (from its cache file). An
+                                // orphan (its pod ended with a reboot) holds no VF any
+                                // more: GC handles it as any orphan.
                                 a.st = St::Maybe;
                                 a.ipam_may = true;
                                 continue;
