@@ -159,6 +159,16 @@ pub struct GoAttachment {
     pub ours: Option<Option<String>>,
 }
 
+impl GoAttachment {
+    /// Written by this plugin's ADD in the running boot (its marker's `bootId` is
+    /// `/proc/sys/kernel/random/boot_id` now): the host state it describes may still
+    /// be there. False for the Go plugin's files, a marker of another boot, or a boot
+    /// that cannot be read (then nothing is claimed).
+    pub fn ours_this_boot(&self) -> bool {
+        matches!(&self.ours, Some(Some(b)) if crate::boot::id().is_some_and(|now| b.eq_ignore_ascii_case(now)))
+    }
+}
+
 /// The facts of one attachment that the Go plugin's `cmdAdd` computes before
 /// `utils.SaveNetConf` (k8snetworkplumbingwg/ib-sriov-cni 543060da: `config.LoadDeviceInfo`,
 /// `sriovManager.ApplyVFConfig`/`applyVFGuid`, `doVFConfig`, `SetupVF`).

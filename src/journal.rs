@@ -154,8 +154,9 @@ pub enum Step {
     /// ADD), so a node rolled back to the Go plugin can DEL the attachment
     /// ([`crate::gocache::render`]). Removed by DEL only after every other undo is done,
     /// and only while it still holds exactly `content`. A complete journal whose file
-    /// is gone was undone by the Go plugin's DEL (it removes the file only after a
-    /// successful DEL): our DEL then drops the journal without touching the VF.
+    /// is gone is dropped without touching the VF only when the host shows the VF as
+    /// the Go plugin's DEL leaves it, or held by a Go attachment since
+    /// (`plugin::steps::as_go_left`); otherwise DEL undoes it from the journal.
     GoCache {
         /// The file (`<goCacheDir>/<containerID>-<ifname>`).
         path: PathBuf,

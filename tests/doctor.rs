@@ -945,8 +945,8 @@ fn help_lists_doctor() {
 }
 
 /// Rollback readiness: an attachment whose ADD wrote no Go plugin cache file
-/// (`goCacheDir` `""`) is `rollback-unready`; one whose file the Go plugin's DEL removed
-/// is `undone-by-go`; one with its file is neither.
+/// (`goCacheDir` `""`) is `rollback-unready`; one whose file is gone (the Go plugin's
+/// DEL, or here a hand `rm`) is `undone-by-go`; one with its file is neither.
 #[test]
 fn doctor_reports_rollback_readiness() {
     let lab = Lab::default();

@@ -5,7 +5,8 @@
 //! STATUS, 2-4 at once, Go-cache attachments) and faults (SIGKILL or an error at a named
 //! fail point, the pod netns deleted, the VF netdev destroyed in the pod, udev renaming a
 //! VF netdev, a link squatting a VF's name, a VF's driver unbound, a VF removed, stateDir
-//! or dataDir full, a lock held past lockTimeoutMs, a reboot) against the real binary on
+//! or dataDir full, a lock held past lockTimeoutMs, a reboot, the rollback cache file
+//! removed or corrupted, stateDir wiped while pods live) against the real binary on
 //! an emulated host of 2 PFs x 4 VFs. After every step the host, the pods, the IPAM
 //! stores and stateDir are compared with a model of what the README promises
 //! (tests/explore/engine.rs: `Model`, `St`, `World::check_all`, `World::quiesce`).

@@ -13,9 +13,9 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot};
+use common::emuhost::{EmuOptions, HostSnapshot, Pod};
 use common::gofix::*;
-use common::lab::Lab;
+use common::lab::{list, Lab};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -312,4 +312,194 @@ fn colliding_cache_file_names_do_not_mix_attachments() {
         assert!(lab.journals().is_empty());
         assert_eq!(lab.host.snapshot(), before);
     }
+}
+
+/// Fixture a's attachment (VF 0, a GUID, host-local) with `"link_state": "enable"`
+/// too: every piece of VF state Go's DEL would restore. Its lab, config, cache file and
+/// pod, the host before ADD, and the emulated driver probe (a recovery rebind
+/// re-creates a destroyed netdev).
+struct Attached {
+    lab: Lab,
+    f: Value,
+    conf: Value,
+    cache: PathBuf,
+    pod: Pod,
+    before: HostSnapshot,
+    _probe: common::emuhost::ProbeEmu,
+}
+
+fn attach() -> Attached {
+    let lab = Lab::default();
+    let f = manifest("a-guid-hostlocal");
+    let (mut conf, dir) = conf(&lab, &f);
+    conf["link_state"] = json!("enable");
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    let probe = lab.host.probe_on_bind(&before);
+    run(&lab, "ADD", &f, &pod, &conf).expect_ok();
+    let cache = dir.join(f["file"].as_str().unwrap());
+    assert!(cache.exists());
+    Attached {
+        lab,
+        f,
+        conf,
+        cache,
+        pod,
+        before,
+        _probe: probe,
+    }
+}
+
+impl Attached {
+    /// The VF's OFED node GUID, port GUID and policy now.
+    fn vf_attrs(&self) -> [String; 3] {
+        let vf = self.lab.host.vf(0);
+        [vf.ofed_node(), vf.ofed_port(), vf.ofed_policy()].map(|p| {
+            std::fs::read_to_string(p.unwrap())
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+    }
+
+    /// Our DEL (upgraded again) restores everything: the VF back in the host as before
+    /// ADD, the IP released, no journal, no cache file; then the next pod's ADD on the
+    /// VF succeeds and its DEL restores the VF again. Returns our DEL's log.
+    fn our_del_restores(&self, pod_gone: bool) -> String {
+        let r = run(&self.lab, "DEL", &self.f, &self.pod, &self.conf);
+        let log = r.stderr.clone();
+        r.expect_ok();
+        assert!(
+            log.contains("is gone, but VF") && log.contains("undoing the attachment"),
+            "{log}"
+        );
+        assert!(self.lab.journals().is_empty(), "{:?}", self.lab.journals());
+        assert!(host_local_held(&self.lab, "ib-sriov-network").is_empty());
+        assert!(!self.cache.exists());
+        if !pod_gone {
+            assert_eq!(self.pod.links(), vec!["lo"]);
+        }
+        assert_eq!(self.lab.host.snapshot(), self.before, "{log}");
+        // The emulated sysfs is refreshed by the tests, not live as the kernel's.
+        self.lab.host.sync_netdevs().unwrap();
+        let pod2 = self.lab.host.new_pod();
+        let mut f2 = self.f.clone();
+        f2["containerID"] = json!("next-pod");
+        run(&self.lab, "ADD", &f2, &pod2, &self.conf).expect_ok();
+        assert_eq!(pod2.links(), vec!["lo", "net1"]);
+        run(&self.lab, "DEL", &f2, &pod2, &self.conf).expect_ok();
+        assert_eq!(self.lab.host.snapshot(), self.before);
+        log
+    }
+}
+
+/// Issue 39's cleanup repro: ADD, then an admin's `rm` of the Go cache file
+/// (`/var/lib/cni/ib-sriov/<cid>-net1`) while the pod lives, then DEL. The file's
+/// absence is not taken for the Go plugin's DEL: the host shows the netdev still in
+/// the pod, so our DEL undoes the attachment from its journal, and the next ADD on the
+/// VF succeeds.
+#[test]
+fn a_cache_file_removed_by_hand_is_not_taken_for_a_go_del() {
+    let t = attach();
+    std::fs::remove_file(&t.cache).unwrap();
+    let log = t.our_del_restores(false);
+    assert!(log.contains("has no netdev in the host"), "{log}");
+}
+
+/// Go's DEL with the pod netns gone, a netdev that is not refunded (IPoIB: destroyed
+/// with the netns). Played from the Go source (`go_del`: `cmdDel` returns success
+/// after the IPAM DEL when `ns.GetNS` fails with `NSPathNotExistErr`, and its deferred
+/// `CleanCachedNetConf` removes the file): the VF is left with no netdev, the pod's GUID
+/// and link state `enable`. Our DEL then runs its own undo: the recovery rebind
+/// re-creates the netdev, the name, GUID and link state are restored.
+#[test]
+fn go_del_of_a_dead_pod_with_its_netdev_destroyed() {
+    let t = attach();
+    let pod_attrs = t.vf_attrs();
+    assert_eq!(pod_attrs[0], "02:00:00:00:00:00:0a:01");
+    t.pod.delete().unwrap();
+    t.lab.host.sync_netdevs().unwrap();
+    go_del(&t.lab, &t.f, &t.pod, &t.conf, &t.cache);
+    assert!(!t.cache.exists());
+    assert!(
+        list(&t.lab.host.vf(0).dir.join("net")).is_empty(),
+        "Go's DEL left the VF without a netdev"
+    );
+    assert_eq!(
+        t.vf_attrs(),
+        pod_attrs,
+        "and with the pod's GUID and link state"
+    );
+    assert_eq!(pod_attrs[2], "Up");
+    let log = t.our_del_restores(true);
+    assert!(log.contains("has no netdev in the host"), "{log}");
+    assert!(log.contains("recovery rebind of VF"), "{log}");
+}
+
+/// Go's DEL with the pod netns gone and the netdev returned to the host by the kernel
+/// under the pod's name `net1`: Go returns early again, leaving `net1` with the dead
+/// pod's GUID and `enable`. Our DEL sees the pod's name (and GUID, link state) and
+/// restores the VF fully.
+#[test]
+fn go_del_of_a_dead_pod_with_its_netdev_returned() {
+    let t = attach();
+    let pod_attrs = t.vf_attrs();
+    t.pod.delete().unwrap();
+    t.lab
+        .host
+        .return_destroyed_vf_netdev(0, "net1", &t.before)
+        .unwrap();
+    go_del(&t.lab, &t.f, &t.pod, &t.conf, &t.cache);
+    assert!(!t.cache.exists());
+    assert!(
+        t.lab.host.snapshot().link("net1").is_some(),
+        "net1 in the host"
+    );
+    assert_eq!(t.vf_attrs(), pod_attrs);
+    let log = t.our_del_restores(true);
+    assert!(log.contains("under the pod's name net1"), "{log}");
+}
+
+/// A journal lost with its `stateDir` (emptied while the pod ran) in this boot: the
+/// cache file our ADD wrote is all that is left, and DEL undoes the attachment from it
+/// as the Go plugin's DEL would (the netdev back under its name and left down, the GUID
+/// Go restores, link state `auto`), instead of dropping it and leaving the VF in the pod.
+#[test]
+fn a_lost_journal_is_undone_from_our_cache_file_of_this_boot() {
+    let t = attach();
+    std::fs::remove_dir_all(&t.lab.state).unwrap();
+    let r = run(&t.lab, "DEL", &t.f, &t.pod, &t.conf);
+    let log = r.stderr.clone();
+    r.expect_ok();
+    assert!(log.contains("the journal was lost"), "{log}");
+    assert!(!t.cache.exists());
+    assert_eq!(t.pod.links(), vec!["lo"]);
+    assert!(host_local_held(&t.lab, "ib-sriov-network").is_empty());
+    let mut want = t.before.clone();
+    netdev_down(&t.lab, &mut want, 0);
+    ofed(
+        &t.lab,
+        &mut want,
+        t.lab.host.vf(0).ofed_node(),
+        "02:00:00:00:00:02:00:00",
+    );
+    assert_eq!(t.lab.host.snapshot(), want, "{log}");
+}
+
+/// A Go cache file that is not one (corrupted) is skipped by a DEL without a journal,
+/// as the Go plugin's DEL skips a cache it cannot load: DEL succeeds and the file is
+/// left in place. With the journal there, DEL undoes everything and leaves the file
+/// (not what ADD wrote any more).
+#[test]
+fn a_corrupted_cache_file_does_not_fail_del() {
+    let t = attach();
+    std::fs::write(&t.cache, "{\"deviceID\": trunc").unwrap();
+    run(&t.lab, "DEL", &t.f, &t.pod, &t.conf).expect_ok();
+    assert_eq!(t.lab.host.snapshot(), t.before);
+    assert!(t.cache.exists(), "not ours to remove any more");
+    let r = run(&t.lab, "DEL", &t.f, &t.pod, &t.conf);
+    let log = r.stderr.clone();
+    r.expect_ok();
+    assert!(log.contains("is left in place"), "{log}");
+    assert_eq!(t.lab.host.snapshot(), t.before);
 }

@@ -128,8 +128,11 @@ fn go_attached_vfio() {
     );
 }
 
-/// Every fixture, current and legacy (v1.2.1) format, parses; a corrupt cache is an
-/// error naming the file (DEL keeps failing rather than guessing, and the file stays).
+/// Every fixture, current and legacy (v1.2.1) format, parses; a corrupt cache is named
+/// by DEL, which acts on nothing in it, leaves it in place and succeeds, as the Go
+/// plugin's DEL does with a cache it cannot load (`cmdDel` returns nil when
+/// `config.LoadConfFromCache` fails, cmd/ib-sriov-cni/main.go at 543060da): failing
+/// would block the pod's teardown for ever without restoring anything more.
 #[test]
 fn every_fixture_parses_and_a_corrupt_one_is_named() {
     for dir in ["ib-sriov", "ib-sriov-v1.2.1"] {
@@ -146,13 +149,12 @@ fn every_fixture_parses_and_a_corrupt_one_is_named() {
     let conf = del_conf(&lab, &f);
     let cache = install_cache(&lab, &f);
     std::fs::write(&cache, "{\"deviceID\": 5").unwrap();
-    let e = run(&lab, "DEL", &f, &pod, &conf).expect_code(7);
+    let r = run(&lab, "DEL", &f, &pod, &conf);
+    let log = r.stderr.clone();
+    r.expect_ok();
     assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains(f["file"].as_str().unwrap()),
-        "{e}"
+        log.contains(f["file"].as_str().unwrap()) && log.contains("left in place"),
+        "{log}"
     );
     assert!(cache.exists());
 }

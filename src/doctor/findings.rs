@@ -147,8 +147,8 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 Info,
                 "undone-by-go",
                 vf,
-                format!("{att} (VF {vf}) was undone by the Go ib-sriov-cni's DEL (its cache file is gone); the journal is left from before the rollback"),
-                "nothing to do: the next DEL or GC of it drops the journal without touching the VF",
+                format!("{att} (VF {vf}): its Go plugin cache file is gone (the Go ib-sriov-cni's DEL after a rollback removes it, and so does a hand cleanup of the directory)"),
+                "nothing to do: the next DEL or GC of it reads the VF, drops the journal when the VF is as the Go plugin's DEL leaves it, and otherwise restores the VF from the journal",
             )),
             Note::IbKubernetes(_)
             | Note::WantsIsolation(_)

@@ -7,9 +7,12 @@
 //! (SPEC.md DEL; the Go peer leaked IPs on an empty CNI_NETNS). An unusable IPAM
 //! configuration then only logs: DEL of something never made succeeds. An attachment the
 //! Go ib-sriov-cni made (its cache file, no journal) is undone as its DEL would
-//! (`upgrade`). A cache file our own ADD wrote for a rollback, left without its journal
-//! (a reboot emptied /run, or the journal was removed), is removed and never acted on:
-//! the journal alone speaks for our attachments.
+//! (`upgrade`). A cache file our own ADD wrote for a rollback, left without its journal,
+//! is read by the boot it records: written in another boot (a reboot emptied /run and
+//! ended what it describes) it is removed and never acted on; written in this boot (the
+//! journal was lost: `stateDir` emptied while pods ran) it is undone as the Go plugin's
+//! DEL would, since the host may still hold what it describes. A file that is not a Go
+//! cache at all is skipped with a warning (`upgrade::find_for_del`).
 
 use super::steps::{release_with, Host};
 use super::teardown::{load_locked, teardown_locked};
@@ -24,8 +27,19 @@ pub(super) fn del(ctx: &Ctx) -> Result<(), CniError> {
             teardown_locked(ctx, &host, &j, env.netns.as_deref(), true)
         }
         None => {
-            let done = match super::upgrade::find(ctx)? {
+            let done = match super::upgrade::find_for_del(ctx)? {
                 Some(go) if go.ours.is_none() => super::upgrade::del(ctx, go)?,
+                Some(go) if go.ours_this_boot() => {
+                    // The journal is gone but not the boot (a `stateDir` emptied while
+                    // pods ran): the host may still hold what the file describes.
+                    log::warn!(
+                        "no journal for {}/{}, but {} was written by our ADD in this boot: the journal was lost (stateDir emptied?); undoing the attachment from that file, as the Go plugin's DEL would",
+                        env.container_id,
+                        env.ifname,
+                        go.path.display()
+                    );
+                    super::upgrade::del(ctx, go)?
+                }
                 Some(go) => {
                     super::upgrade::drop_ours(&go)?;
                     false

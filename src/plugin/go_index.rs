@@ -14,6 +14,7 @@
 //! stamp <dev> <ino> <mtime s> <mtime ns> <settled 0|1>
 //! g <ino> <VF> <name>      a file the Go plugin wrote (no marker), naming that VF
 //! x <ino> <name>           a file that is no Go NetConf (read under the Go lock)
+//! o <ino> <VF> <name>      ours, of this boot, unknown to the log (a lost stateDir)
 //!
 //! <index>.ours:
 //! + <ino> <name>           our ADD wrote it (it carries gocache::MARKER_KEY)
@@ -97,9 +98,17 @@ fn stamp(dir: &Path) -> std::io::Result<Stamp> {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Kind {
+    /// A file the Go plugin wrote (no marker), naming this VF.
     Go(PciAddress),
+    /// A file that is no Go NetConf.
     Other,
+    /// A file our ADD wrote, recorded in the ours log when it wrote it (or written in
+    /// another boot: nothing of its attachment is left).
     Ours,
+    /// A file our ADD wrote in this boot, naming this VF, that the ours log does not
+    /// know: found by a listing after the stateDir (journals, log and index) was lost,
+    /// so it may be all that is left of a live attachment.
+    Orphan(PciAddress),
 }
 
 #[derive(Clone, Debug)]
@@ -190,6 +199,10 @@ fn load(path: &Path) -> Option<Index> {
                 let (vf, name) = rest.split_once(' ')?;
                 (Kind::Go(vf.parse().ok()?), name)
             }
+            "o" => {
+                let (vf, name) = rest.split_once(' ')?;
+                (Kind::Orphan(vf.parse().ok()?), name)
+            }
             "x" => (Kind::Other, rest),
             _ => return None,
         };
@@ -215,6 +228,7 @@ fn save(path: &Path, idx: &Index) -> bool {
         match &e.kind {
             Kind::Go(vf) => s.push_str(&format!("g {} {vf} {}\n", e.ino, e.name)),
             Kind::Other => s.push_str(&format!("x {} {}\n", e.ino, e.name)),
+            Kind::Orphan(vf) => s.push_str(&format!("o {} {vf} {}\n", e.ino, e.name)),
             Kind::Ours => {}
         }
     }
@@ -363,6 +377,7 @@ fn rebuild(dir: &Path, st: Stamp, settled: bool, known: Vec<Entry>) -> Option<(I
                 let p = e.path();
                 match crate::fsutil::read_regular_bounded(&p, gocache::MAX_GO_CACHE_BYTES) {
                     Ok(b) => match gocache::parse(&b, p) {
+                        Ok(g) if g.ours_this_boot() => Kind::Orphan(g.vf),
                         Ok(g) if g.ours.is_some() => Kind::Ours,
                         Ok(g) => Kind::Go(g.vf),
                         Err(_) => Kind::Other,
@@ -385,8 +400,9 @@ fn rebuild(dir: &Path, st: Stamp, settled: bool, known: Vec<Entry>) -> Option<(I
     Some((idx, ours))
 }
 
-/// The Go plugin's attachment of VF `vf` whose cache file is in one of `dirs` (not one
-/// our ADD wrote), found through each directory's index in `state_dir` (built, or
+/// The attachment of VF `vf` whose cache file is in one of `dirs`: one the Go plugin
+/// wrote, or one our ADD wrote in this boot that the ours log does not know
+/// ([`Kind::Orphan`]), found through each directory's index in `state_dir` (built, or
 /// brought up to date, when the directory changed behind it). Each indexed file naming
 /// the VF is read again before it is believed; unreadable ones are skipped.
 pub(super) fn holder(state_dir: &Path, dirs: &[PathBuf], vf: PciAddress) -> Option<GoAttachment> {
@@ -420,14 +436,14 @@ fn holder_in(state_dir: &Path, dir: &Path, vf: PciAddress) -> Option<GoAttachmen
         }
     };
     idx.entries.iter().find_map(|e| {
-        if e.kind != Kind::Go(vf) {
+        if e.kind != Kind::Go(vf) && e.kind != Kind::Orphan(vf) {
             return None;
         }
         let p = dir.join(std::ffi::OsStr::from_bytes(&dec(&e.name)?));
         let b = crate::fsutil::read_regular_bounded(&p, gocache::MAX_GO_CACHE_BYTES).ok()?;
         gocache::parse(&b, p)
             .ok()
-            .filter(|g| g.vf == vf && g.ours.is_none())
+            .filter(|g| g.vf == vf && (g.ours.is_none() || g.ours_this_boot()))
     })
 }
 

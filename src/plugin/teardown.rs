@@ -2,7 +2,7 @@
 //! interrupted ADD of the same attachment, or a VF whose holder's pod is gone) and the
 //! upgrade path (an attachment converted from the Go plugin's cache).
 
-use super::steps::{resolve_pod, undo, Host};
+use super::steps::{resolve_pod, undo, GoneFile, Host};
 use super::Ctx;
 use crate::cni::CniError;
 use crate::failpoint::hit;
@@ -31,15 +31,10 @@ pub(super) fn teardown_locked(
         );
         return drop_untouched(ctx, j, release_ipam);
     }
-    if let Some(p) = super::steps::undone_by_go(j) {
-        log::warn!(
-            "{}/{} (VF {}) was undone by the Go ib-sriov-cni's DEL (its cache file {} is gone: the node ran the Go plugin since ADD); dropping the journal without touching the VF",
-            j.container_id,
-            j.ifname,
-            j.vf,
-            p.display()
-        );
-        return drop_untouched(ctx, j, release_ipam);
+    if let Some(p) = super::steps::file_gone(j) {
+        if gone_file_done(ctx, host, j, p)? {
+            return drop_untouched(ctx, j, release_ipam);
+        }
     }
     let pod = resolve_pod(j, netns)?;
     let errs = undo(ctx, host, j, &pod, j.steps.len(), release_ipam);
@@ -92,14 +87,63 @@ pub(super) fn load_locked(
     )))
 }
 
+/// A complete journal whose Go cache file is gone (at `path`): `Ok(true)` when the
+/// host shows that someone else ended the attachment, so the journal is dropped without
+/// touching the VF: the Go plugin's DEL after a rollback left the VF as it leaves it
+/// (`steps::as_go_left`), or an attachment the Go plugin made since holds the VF (its
+/// cache file names it: `upgrade::holder_of`). `Ok(false)`: something of the attachment
+/// is still on the VF (no netdev, the netdev still in the pod, the pod's name, GUID or
+/// link state): the caller runs its own undo, which checks each step's state (the
+/// recovery rebind, name, GUID, link state, IPAM); a newer attachment of ours holding
+/// the VF is left alone by that undo too. Either way the log says the file was gone
+/// and what was found. Errors: reading the host (the journal is kept).
+fn gone_file_done(
+    ctx: &Ctx,
+    host: &Host,
+    j: &Journal,
+    path: &std::path::Path,
+) -> Result<bool, CniError> {
+    let (cid, ifname, vf, path) = (&j.container_id, &j.ifname, j.vf, path.display());
+    if let Some(go) = super::upgrade::holder_of(ctx, vf) {
+        log::warn!(
+            "the Go plugin cache file {path} of {cid}/{ifname} is gone and VF {vf} is held by an attachment the Go ib-sriov-cni made since ({}): dropping the journal without touching the VF",
+            go.path.display()
+        );
+        return Ok(true);
+    }
+    match super::steps::as_go_left(host, j)? {
+        GoneFile::AsGoLeavesIt(found) => {
+            log::warn!(
+                "the Go plugin cache file {path} of {cid}/{ifname} is gone and VF {vf} is as the Go ib-sriov-cni's DEL leaves it ({found}): it was undone (by the Go plugin after a rollback, or by an earlier DEL of ours); dropping the journal without touching the VF"
+            );
+            Ok(true)
+        }
+        GoneFile::NotUndone(found) => {
+            log::warn!(
+                "the Go plugin cache file {path} of {cid}/{ifname} is gone, but VF {vf} is not as the Go ib-sriov-cni's DEL leaves it: {found}; undoing the attachment from its journal"
+            );
+            Ok(false)
+        }
+    }
+}
+
 /// A journal whose attachment someone else ended: written in another boot (an on-disk
 /// `stateDir` that outlived a reboot: the pod netns, the moves, the PF-side VF settings
-/// ended with that boot), or undone by the Go plugin's DEL after a rollback. The VF is
-/// not touched (it may be another pod's by now); the IPAM allocation is released (when
+/// ended with that boot), or undone by the Go plugin's DEL after a rollback (its cache
+/// file gone and the host showing the VF as Go's DEL leaves it: [`gone_file_done`]). The VF is
+/// not touched (it may be another pod's by now); the device-info file ADD wrote is
+/// removed while it holds what ADD wrote; the IPAM allocation is released (when
 /// `release_ipam`; GC releases IPAM itself; a release already done is a no-op), then
 /// the journal and its holder link are removed. Errors: the release failing (the
 /// journal stays for a retry), or removing the files.
 fn drop_untouched(ctx: &Ctx, j: &Journal, release_ipam: bool) -> Result<(), CniError> {
+    // Our device-info file is not the VF's: removed while it holds what ADD wrote (a
+    // DEL of ours killed between its netdev and device-info undos left it).
+    for s in &j.steps {
+        if let crate::journal::Step::DeviceInfo { path, content } = s {
+            super::steps::remove_device_info(path, content)?;
+        }
+    }
     let has_ipam = j
         .steps
         .iter()

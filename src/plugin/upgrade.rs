@@ -54,6 +54,19 @@ fn dirs(ctx: &Ctx) -> Vec<PathBuf> {
 ///
 /// Errors: code 11 (I/O) or 7 (content) naming the file; the file is left in place.
 pub(super) fn find(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
+    find_with(ctx, false)
+}
+
+/// [`find`] for DEL: a file that is not a Go cache (corrupted, truncated, an admin's)
+/// says nothing about the VF, so it is skipped with a warning and left in place, and
+/// DEL goes on as without it (the Go plugin's `cmdDel` likewise returns success when
+/// `config.LoadConfFromCache` fails, k8snetworkplumbingwg/ib-sriov-cni 543060da
+/// `cmd/ib-sriov-cni/main.go`). Errors: code 11 (I/O) naming the file.
+pub(super) fn find_for_del(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
+    find_with(ctx, true)
+}
+
+fn find_with(ctx: &Ctx, skip_invalid: bool) -> Result<Option<GoAttachment>, CniError> {
     for dir in dirs(ctx) {
         match gocache::load(&dir, &ctx.env.container_id, &ctx.env.ifname) {
             Ok(Some(a)) => return Ok(Some(a)),
@@ -61,6 +74,9 @@ pub(super) fn find(ctx: &Ctx) -> Result<Option<GoAttachment>, CniError> {
             Err(e @ gocache::GoCacheError::Io(..)) => {
                 return Err(CniError::new(crate::cni::code::IO_FAILURE, e.to_string()))
             }
+            Err(e) if skip_invalid => log::warn!(
+                "{e}: it is not acted on (nothing in it can be trusted) and is left in place; if the Go ib-sriov-cni attached this pod, its VF is not restored by this DEL (ib-sriov doctor shows the VF)"
+            ),
             Err(e) => return Err(CniError::config(e.to_string())),
         }
     }
@@ -140,11 +156,14 @@ pub(super) fn drop_ours(go: &GoAttachment) -> Result<(), CniError> {
         })
 }
 
-/// The Go plugin's attachment of VF `vf`, if a Go cache file (not one our ADD wrote)
-/// names it in a directory the Go plugin writes: `goCacheDir` and the Go plugin's fixed
-/// directory (the stateDir too when it is one of them; the Go plugin writes nowhere
-/// else, `config.DefaultCNIDir`). Found through each directory's index
-/// ([`super::go_index`]): a node's own rollback files are not read again at every ADD.
+/// The attachment holding VF `vf` that a Go cache file records, in a directory the Go
+/// plugin writes: `goCacheDir` and the Go plugin's fixed directory (the stateDir too
+/// when it is one of them; the Go plugin writes nowhere else, `config.DefaultCNIDir`).
+/// Either one the Go plugin wrote, or one our ADD wrote in this boot that our own
+/// records no longer know (the caller found no journal of ours holding the VF, so that
+/// file is all that is left of an attachment whose journal went with its `stateDir`).
+/// Found through each directory's index ([`super::go_index`]): a node's own rollback
+/// files are not read again at every ADD.
 pub(super) fn holder_of(ctx: &Ctx, vf: crate::types::PciAddress) -> Option<GoAttachment> {
     let go: Vec<PathBuf> = dirs(ctx)
         .into_iter()

@@ -181,6 +181,19 @@ pub enum Op {
     Reboot,
     Fix(usize),
     Quiesce,
+    /// An admin removes the Go-format rollback cache file our ADD wrote
+    /// (`<goCacheDir>/<cid>-<ifn>`).
+    RmGo {
+        cid: String,
+        ifn: String,
+    },
+    /// Something overwrites that file with what is no Go cache.
+    CorruptGo {
+        cid: String,
+        ifn: String,
+    },
+    /// stateDir emptied while pods live (journals, holder links, locks gone).
+    Wipe,
 }
 
 fn opt_kv(out: &mut String, k: &str, v: &Option<String>) {
@@ -292,6 +305,9 @@ impl std::fmt::Display for Op {
             Op::Reboot => s = "reboot".into(),
             Op::Fix(x) => s = format!("fix {}", d(x)),
             Op::Quiesce => s = "quiesce".into(),
+            Op::RmGo { cid, ifn } => s = format!("rmgo {cid} {ifn}"),
+            Op::CorruptGo { cid, ifn } => s = format!("corruptgo {cid} {ifn}"),
+            Op::Wipe => s = "wipe".into(),
         }
         f.write_str(&s)
     }
@@ -407,6 +423,15 @@ impl Op {
             "reboot" => Op::Reboot,
             "fix" => Op::Fix(dev(1)?),
             "quiesce" => Op::Quiesce,
+            "rmgo" => Op::RmGo {
+                cid: s(1)?,
+                ifn: s(2)?,
+            },
+            "corruptgo" => Op::CorruptGo {
+                cid: s(1)?,
+                ifn: s(2)?,
+            },
+            "wipe" => Op::Wipe,
             other => return Err(format!("unknown op {other:?}")),
         };
         Ok(Some(op))
@@ -446,6 +471,9 @@ impl Op {
             Op::Fill(w) => vec![format!("enospc-{w}")],
             Op::Hold(_) => vec!["lock-held".into()],
             Op::Reboot => vec!["reboot".into()],
+            Op::RmGo { .. } => vec!["gocache-removed".into()],
+            Op::CorruptGo { .. } => vec!["gocache-corrupt".into()],
+            Op::Wipe => vec!["statedir-wiped".into()],
             _ => Vec::new(),
         }
     }
@@ -502,6 +530,9 @@ pub struct Att {
     pub gocache_may: bool,
     /// The (emulated) boot it was made in.
     pub boot: u64,
+    /// Its journal (and holder link) went with a wiped stateDir: only its rollback
+    /// cache file is left, which its DEL undoes as the Go plugin's DEL would.
+    pub wiped: bool,
 }
 
 impl Att {
@@ -609,7 +640,7 @@ impl Stats {
 }
 
 /// Every fault kind the explorer can inject (for "every fault kind hit").
-pub const FAULT_KINDS: [&str; 15] = [
+pub const FAULT_KINDS: [&str; 18] = [
     "kill9",
     "fp-error",
     "extipam-fail",
@@ -625,6 +656,9 @@ pub const FAULT_KINDS: [&str; 15] = [
     "enospc-data",
     "lock-held",
     "reboot",
+    "gocache-removed",
+    "gocache-corrupt",
+    "statedir-wiped",
 ];
 
 // ---------------------------------------------------------------- the world
@@ -705,6 +739,14 @@ pub struct World {
     host_cache: Option<Vec<LinkSnapshot>>,
     /// `class/infiniband` at the start.
     start_rdma: Vec<String>,
+    /// Files the plugin must leave alone and an admin removes at quiescence: a
+    /// rollback cache file overwritten with what is no Go cache (`corruptgo`), the
+    /// device-info file of an attachment whose journal a `wipe` took.
+    foreign: BTreeSet<PathBuf>,
+    /// VFs a wiped attachment's DEL (or the ADD that finished it) released: their admin
+    /// state is taken as the next check finds it (Go's DEL leaves the netdev down; an
+    /// ADD that came through in between records and restores what it found).
+    up_any: BTreeSet<usize>,
     pub last_log: String,
 }
 
@@ -933,6 +975,8 @@ impl World {
             pairs,
             host_cache: None,
             start_rdma,
+            foreign: BTreeSet::new(),
+            up_any: BTreeSet::new(),
             last_log: String::new(),
         }
     }
@@ -1151,15 +1195,32 @@ impl World {
                 let _ = self.host.sync_netdevs();
             }
         }
+        // The VFs of attachments known only by a Go-format cache (the Go plugin's, or
+        // ours whose journal a wipe took: no ifindex recorded) are listed under their
+        // host name, as the kernel's live sysfs lists them once DEL moves them back.
         for a in self.model.atts.values() {
-            if a.go.is_none() || !a.holds() || !a.netdev_ok || !self.model.pod_alive(&a.pod) {
+            if (a.go.is_none() && !a.wiped)
+                || !a.holds()
+                || !a.netdev_ok
+                || !self.model.pod_alive(&a.pod)
+            {
                 continue;
             }
             let Some(vf) = self.vf(a.dev) else { continue };
-            let Some(name) = vf.netdev.as_deref() else {
-                continue;
+            // Ours: the name the file records (HostIFNames), which DEL gives it back.
+            let recorded = a
+                .wiped
+                .then(|| std::fs::read(self.go_file(&a.cid, &a.ifn)).ok())
+                .flatten()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v["HostIFNames"].as_str().map(str::to_string));
+            let name = match recorded.as_deref().or(vf.netdev.as_deref()) {
+                Some(n) => n.to_string(),
+                None => continue,
             };
-            let Some(l) = self.start.link(name) else {
+            let name = name.as_str();
+            // Its identity (ifindex, MAC) as at the start, whatever its name now.
+            let Some(l) = vf.netdev.as_deref().and_then(|n| self.start.link(n)) else {
                 continue;
             };
             let d = vf.dir.join("net").join(name);
@@ -1264,6 +1325,7 @@ impl World {
                 };
                 if h.st != St::Live
                     || h.go.is_some()
+                    || h.wiped
                     || DEVS[d].3 != DevKind::Netdev
                     || self.model.devs[d].squat.is_some()
                     || self.model.devs.iter().any(|x| x.squat.is_some())
@@ -1456,7 +1518,98 @@ impl World {
                 Ok(())
             }
             Op::Quiesce => self.quiesce(),
+            Op::RmGo { cid, ifn } | Op::CorruptGo { cid, ifn } => {
+                let p = self.go_file(cid, ifn);
+                if !self.go_file_intact(cid, ifn) {
+                    return self.skip();
+                }
+                if matches!(op, Op::RmGo { .. }) {
+                    std::fs::remove_file(&p).unwrap();
+                } else {
+                    // Truncated mid-write: no JSON, and no PCI address to match.
+                    std::fs::write(&p, "{\"cniVersion\":\"1.0.0\",\"name\":\"trunc").unwrap();
+                    self.foreign.insert(p);
+                }
+                Ok(())
+            }
+            Op::Wipe => {
+                if !self.wipe_ok() {
+                    return self.skip();
+                }
+                for f in list(&self.state) {
+                    // The Go plugin's cache files live in its own directory on a real
+                    // node (/var/lib/cni/ib-sriov), in this stateDir here: kept.
+                    let go_file = !f.contains(':') && f != "locks" && f != "vfs";
+                    if go_file && !f.starts_with('.') {
+                        continue;
+                    }
+                    let p = self.state.join(f);
+                    if p.is_dir() {
+                        std::fs::remove_dir_all(&p).unwrap();
+                    } else {
+                        std::fs::remove_file(&p).unwrap();
+                    }
+                }
+                for a in self.model.atts.values_mut() {
+                    if a.holds() && a.go.is_none() {
+                        a.wiped = true;
+                        // Not in the Go cache format: its DEL cannot know of it.
+                        if let Some(p) = &a.devinfo {
+                            self.foreign.insert(p.clone());
+                        }
+                    }
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// The rollback cache file our ADD writes for `(cid, ifn)` (the emulated host's
+    /// goCacheDir).
+    fn go_file(&self, cid: &str, ifn: &str) -> PathBuf {
+        self.host
+            .root()
+            .join("go-cache")
+            .join(format!("{cid}-{ifn}"))
+    }
+
+    /// `(cid, ifn)` is an attachment of ours that holds its VF, with its journal, and
+    /// its rollback cache file is there as ADD wrote it (not removed or overwritten).
+    fn go_file_intact(&self, cid: &str, ifn: &str) -> bool {
+        let p = self.go_file(cid, ifn);
+        self.model
+            .atts
+            .get(&(cid.to_string(), ifn.to_string()))
+            .is_some_and(|a| a.go.is_none() && a.holds() && !a.wiped)
+            && p.exists()
+            && !self.foreign.contains(&p)
+    }
+
+    /// A `wipe` the model follows: no lock held or disk filled by the explorer, and
+    /// every attachment of ours holding a VF is a live one on a netdev VF whose rollback
+    /// cache file is intact (what its DEL then undoes from) and whose name no link
+    /// squats. The losses beyond that (a killed ADD's
+    /// half-made attachment, a vfio VF, a cache file already gone) are written down in
+    /// docs/operations.md, not explored.
+    fn wipe_ok(&self) -> bool {
+        self.held.is_none()
+            && self.filled.is_none()
+            && self
+                .model
+                .atts
+                .values()
+                .filter(|a| a.holds() && a.go.is_none())
+                .all(|a| {
+                    a.st == St::Live
+                        && DEVS[a.dev].3 == DevKind::Netdev
+                        // A squatter on its host name: the emulated sysfs would list
+                        // the squatter under the VF (the kernel's lists the VF's own
+                        // netdevs only), as for Go attachments, which are never
+                        // squatted.
+                        && self.model.devs[a.dev].squat.is_none()
+                        && (a.wiped || self.go_file_intact(&a.cid, &a.ifn))
+                        && (!a.wiped || self.go_file(&a.cid, &a.ifn).exists())
+                })
     }
 
     /// The name VF `d`'s netdev has in the host now (found by its MAC), if it is there.
@@ -1632,6 +1785,7 @@ impl World {
             a.netdev_ok = false;
         }
         self.model.devs = self.model.start_devs.clone();
+        self.up_any.clear();
         self.sync();
     }
 
@@ -1704,6 +1858,16 @@ impl World {
                     fp,
                 } => {
                     let pre = self.model.atts.get(&(cid.clone(), ifn.clone())).cloned();
+                    // A lost journal's attachment is found in its pod only through
+                    // CNI_NETNS (the runtime sends it empty once the netns is gone).
+                    if *nonetns
+                        && pre
+                            .as_ref()
+                            .is_some_and(|a| a.wiped && a.holds() && self.model.pod_alive(&a.pod))
+                    {
+                        self.stats.skipped += 1;
+                        continue;
+                    }
                     let mut conf = match &pre {
                         Some(a) => a.conf.clone(),
                         None => self.conf(*net, *dev),
@@ -1741,7 +1905,7 @@ impl World {
                         self.stats.skipped += 1;
                         continue;
                     };
-                    if a.go.is_some() || a.dev != *dev || a.net != *net {
+                    if a.go.is_some() || a.wiped || a.dev != *dev || a.net != *net {
                         self.stats.skipped += 1;
                         continue;
                     }
@@ -1995,6 +2159,7 @@ impl World {
                             ipam_may: true,
                             gocache_may: false,
                             boot: self.boot,
+                            wiped: false,
                         });
                         if e.st != St::Live {
                             e.st = St::Maybe;
@@ -2045,6 +2210,11 @@ impl World {
                             // its DEL would have (upgrade::finish_dead).
                             if let Some(c) = self.model.atts.get(&h).and_then(|a| a.go) {
                                 self.go_del_effects(*dev, c);
+                            }
+                            // So is one whose journal a wipe took, from its own file.
+                            if let Some(a) = self.model.atts.get(&h).filter(|a| a.wiped) {
+                                let a = a.clone();
+                                self.wiped_del_effects(&a);
                             }
                             if let Some(a) = self.model.atts.get_mut(&h) {
                                 a.st = St::Orphan;
@@ -2101,6 +2271,7 @@ impl World {
                                 ipam_may: false,
                                 gocache_may: false,
                                 boot: self.boot,
+                                wiped: false,
                             },
                         );
                         // The first allocation of this boot from the store frees the
@@ -2123,6 +2294,11 @@ impl World {
                             7 => other_holder.is_some(),
                             _ => false,
                         } || fp_error
+                            // No journal says it exists: refused by its VF's holder or
+                            // its name in the pod, or its device-info file left.
+                            || pre.as_ref().is_some_and(|a| a.wiped)
+                            || di.then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json")))
+                                .is_some_and(|p| self.foreign.contains(&p))
                             || x.as_deref() == Some("fail")
                             || enospc
                             || !dm.bound
@@ -2285,6 +2461,17 @@ impl World {
                 match &c.out {
                     Outcome::Ok(_) => {
                         for k in targets {
+                            if let Some(a) =
+                                self.model.atts.get_mut(&k).filter(|a| a.wiped && a.holds())
+                            {
+                                // No journal for GC to undo: its IPAM records may go,
+                                // its VF stays until its DEL (from its cache file). An
+                                // orphan (its pod ended with a reboot) holds no VF any
+                                // more: GC handles it as any orphan.
+                                a.st = St::Maybe;
+                                a.ipam_may = true;
+                                continue;
+                            }
                             let a = self.model.atts.remove(&k).unwrap();
                             self.after_release(&a)?;
                             if *net == Net::H && (a.holds() || a.ipam_may) {
@@ -2436,7 +2623,27 @@ impl World {
         if let Some(c) = a.go {
             self.go_del_effects(d, c);
         }
+        if a.wiped {
+            self.wiped_del_effects(a);
+        }
         Ok(())
+    }
+
+    /// What the DEL of attachment `a`, whose journal a `wipe` took, leaves on its VF:
+    /// it is undone from its rollback cache file as the Go plugin's DEL would
+    /// (`upgrade::del`): the netdev down under its old name, node and port GUID set to
+    /// the port GUID read before ADD (`HostIFGUID`) when the pod had one, link state
+    /// `auto` (OFED `Follow`) when `link_state` was set.
+    fn wiped_del_effects(&mut self, a: &Att) {
+        self.up_any.insert(a.dev);
+        let m = &mut self.model.devs[a.dev];
+        m.up = false;
+        if a.guid.is_some() && m.ofed.len() == 3 {
+            m.ofed[0] = m.ofed[1].clone();
+        }
+        if a.conf.get("link_state").is_some() && m.ofed.len() == 3 {
+            m.ofed[2] = "Follow\n".into();
+        }
     }
 
     /// After an ADD of `key` on VF `dev` that failed or was killed: it may have finished
@@ -2580,6 +2787,7 @@ impl World {
                 ipam_may: false,
                 gocache_may: false,
                 boot: self.boot,
+                wiped: false,
             },
         );
         Ok(())
@@ -2794,6 +3002,10 @@ impl World {
                 msg: format!("quiesce: the host differs from its start:{diff}"),
             });
         }
+        // The admin removes what the plugin must leave alone.
+        for p in std::mem::take(&mut self.foreign) {
+            let _ = std::fs::remove_file(p);
+        }
         let mut left = Vec::new();
         for f in list(&self.state) {
             if f == "locks" {
@@ -2862,6 +3074,7 @@ impl World {
             .filter(|a| {
                 a.st == St::Live
                     && a.go.is_none()
+                    && !a.wiped
                     && self.model.pod_alive(&a.pod)
                     && (a.netdev_ok || DEVS[a.dev].3 != DevKind::Netdev)
                     && self.model.devs[a.dev].bound
@@ -2941,6 +3154,7 @@ impl World {
             }
         }
         let mut fallback_names = Vec::new();
+        let mut adopt_up = Vec::new();
         for (d, places) in loc.iter().enumerate() {
             self.stats.checks += 1;
             if DEVS[d].3 != DevKind::Netdev {
@@ -3043,8 +3257,11 @@ impl World {
                     if fallback {
                         fallback_names.push((d, l.name.clone()));
                     }
+                    if self.up_any.contains(&d) {
+                        adopt_up.push((d, l.up));
+                    }
                     if (Some(&l.name) != dm.name.as_ref() && !fallback)
-                        || l.up != dm.up
+                        || (l.up != dm.up && !self.up_any.contains(&d))
                         || l.mtu != s.mtu
                         || !l.addrs.is_empty()
                     {
@@ -3061,6 +3278,10 @@ impl World {
         }
         for (d, n) in fallback_names {
             self.model.devs[d].name = Some(n);
+        }
+        for (d, up) in adopt_up {
+            self.model.devs[d].up = up;
+            self.up_any.remove(&d);
         }
         // The host's other links: as at the start, plus squatters.
         let vf_names: BTreeSet<&str> = host
@@ -3204,7 +3425,7 @@ impl World {
             .model
             .atts
             .values()
-            .filter(|a| a.st == St::Live && a.go.is_none())
+            .filter(|a| a.st == St::Live && a.go.is_none() && !a.wiped)
         {
             let j = format!("{}:{}", a.cid, a.ifn);
             if !self.state.join(&j).exists() {
@@ -3224,6 +3445,12 @@ impl World {
         // host's <root>/go-cache): only for attachments that may exist.
         for f in list(&self.host.root().join("go-cache")) {
             self.stats.checks += 1;
+            if self
+                .foreign
+                .contains(&self.host.root().join("go-cache").join(&f))
+            {
+                continue;
+            }
             let ok = f.rsplit_once('-').is_some_and(|(c, i)| {
                 self.model
                     .atts
@@ -3238,11 +3465,12 @@ impl World {
             }
         }
         for f in list(&self.devinfo_dir) {
-            let ok = self
-                .model
-                .atts
-                .values()
-                .any(|a| a.holds() && a.devinfo.as_ref().is_some_and(|p| p.ends_with(&f)));
+            let ok = self.foreign.contains(&self.devinfo_dir.join(&f))
+                || self
+                    .model
+                    .atts
+                    .values()
+                    .any(|a| a.holds() && a.devinfo.as_ref().is_some_and(|p| p.ends_with(&f)));
             if !ok {
                 return Err(v(5, format!("device-info file {f} left behind")));
             }
@@ -3303,6 +3531,7 @@ fn op_pods(op: &Op, out: &mut BTreeSet<String>) {
         Op::RmNs { pod, .. } | Op::KillDev { pod, .. } => {
             out.insert(pod.clone());
         }
+        Op::RmGo { .. } | Op::CorruptGo { .. } | Op::Wipe => {}
         Op::Gc { .. }
         | Op::Status { .. }
         | Op::Udev { .. }
@@ -3513,7 +3742,7 @@ impl Gen {
                     .filter(|&d| {
                         DEVS[d].3 == DevKind::Netdev
                             && m.holder(d)
-                                .is_some_and(|a| a.st == St::Live && a.go.is_none())
+                                .is_some_and(|a| a.st == St::Live && a.go.is_none() && !a.wiped)
                     })
                     .collect();
                 match (self.rng.pick(&v), m.devs.iter().any(|x| x.squat.is_some())) {
@@ -3600,6 +3829,27 @@ impl Gen {
                 Op::GoAdd(c)
             }
             880..=889 => Op::Quiesce,
+            890..=905 => {
+                let v: Vec<&Att> = m
+                    .atts
+                    .values()
+                    .filter(|a| w.go_file_intact(&a.cid, &a.ifn))
+                    .collect();
+                match self.rng.pick(&v) {
+                    Some(a) if r < 898 => Op::RmGo {
+                        cid: a.cid.clone(),
+                        ifn: a.ifn.clone(),
+                    },
+                    Some(a) => Op::CorruptGo {
+                        cid: a.cid.clone(),
+                        ifn: a.ifn.clone(),
+                    },
+                    None => self.add(w, true),
+                }
+            }
+            906..=925 if w.wipe_ok() && m.atts.values().any(|a| a.holds() && a.go.is_none()) => {
+                Op::Wipe
+            }
             _ => self.add(w, true),
         }
     }

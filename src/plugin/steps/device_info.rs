@@ -31,7 +31,7 @@ pub(super) fn apply(path: &Path, content: &str) -> Result<(), super::StepFailure
 /// Removes the device-info file if it still holds exactly what ADD wrote, and the temp
 /// files an ADD killed while writing it left (`.<name>.tmp.<pid>`, ours: the path is
 /// this attachment's and its writers hold the VF lock); anything else is left in place.
-pub(super) fn undo(path: &Path, content: &str) -> Result<(), CniError> {
+pub fn undo(path: &Path, content: &str) -> Result<(), CniError> {
     remove_if_ours(path, content, "device-info file", true)
 }
 

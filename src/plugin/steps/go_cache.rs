@@ -2,14 +2,16 @@
 //! (`<goCacheDir>/<containerID>-<ifname>`, [`crate::gocache::render`]), written as the last
 //! step of ADD (where the Go plugin's `cmdAdd` writes it) so that a node rolled back to
 //! the Go plugin can DEL the attachment. Removed by DEL after every other undo, while it
-//! still holds exactly what ADD wrote; its absence from a complete journal means the Go
-//! plugin's DEL undid the attachment ([`undone_by_go`]).
+//! still holds exactly what ADD wrote. Its absence from a complete journal proves
+//! nothing by itself: the host is read to tell a Go DEL's work from an admin's `rm`
+//! ([`file_gone`], [`as_go_left`]).
 
 use super::Apply;
 use crate::cni::{code, CniError};
 use crate::failpoint::hit;
 use crate::gocache::{GoFacts, GO_DEFAULT_GUID};
 use crate::journal::{Journal, Step};
+use crate::types::{Guid, LinkState};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
@@ -233,11 +235,13 @@ pub(super) fn undo(state_dir: &Path, path: &Path, content: &str) -> Result<(), C
     })
 }
 
-/// The journal's Go cache file when the attachment was undone by the Go plugin's DEL:
-/// the journal is complete (ADD wrote the file, at its end) and the file is gone. Go's
-/// `cmdDel` removes it only after a successful DEL (`utils.CleanCachedNetConf` in a
-/// deferred `err == nil` branch), and ours only once every other undo is done.
-pub fn undone_by_go(j: &Journal) -> Option<&Path> {
+/// The journal's Go cache file when it is gone although ADD wrote it: the journal is
+/// complete (ADD wrote the file, at its end) and nothing is at the path. What that
+/// means is read from the host, never from the absence ([`as_go_left`]): the Go
+/// plugin's DEL removes the file only after a DEL that returned no error, and ours only
+/// once every other undo is done, but an admin's `rm`, or a Go DEL that returned early,
+/// leaves the same absence.
+pub fn file_gone(j: &Journal) -> Option<&Path> {
     if !j.complete {
         return None;
     }
@@ -250,4 +254,145 @@ pub fn undone_by_go(j: &Journal) -> Option<&Path> {
         }
         _ => None,
     })
+}
+
+/// What the host shows of the VF of a journal whose Go cache file is gone.
+#[derive(Debug)]
+pub enum GoneFile {
+    /// As the Go plugin's DEL leaves it (nothing of the attachment left on the VF); the
+    /// text says what was found.
+    AsGoLeavesIt(String),
+    /// Something of the attachment is still on the VF (or the VF cannot be read): the
+    /// text says what.
+    NotUndone(String),
+}
+
+/// Reads the VF of `j` (its Go cache file gone) and says whether the host shows it as
+/// the Go plugin's DEL leaves it (k8snetworkplumbingwg/ib-sriov-cni 543060da,
+/// `cmd/ib-sriov-cni/main.go` `cmdDel`/`handleVFCleanup`, `pkg/sriov/sriov.go`
+/// `ReleaseVF`/`ResetVFConfig`): the netdev, found by the VF's identity (its
+/// `<VF>/net/` entry, parent device, recorded ifindex and address), in the host netns
+/// under its name from before ADD (`ReleaseVF` renames it to `HostIFNames` and moves it
+/// out; not the pod's name, nor the `dev<ifindex>` the kernel gives a netdev it returns
+/// from a dead netns when the name is taken); the GUID no longer the one ADD set (`ResetVFConfig` sets `HostIFGUID`) and
+/// the link state no longer the one ADD set (`ResetVFConfig` sets `auto`). A fact
+/// that Go's DEL would not change (ADD set `auto`, the GUID Go restores is the one ADD
+/// set, the host name was CNI_IFNAME already, a GUID the VF got from the operator's
+/// file or `deriveGuid`) tells nothing and is not compared. Go's DEL returns early,
+/// with success and its file removed, when the pod netns is gone (`ns.GetNS` failing
+/// with `NSPathNotExistErr`): it then leaves the netdev wherever the kernel put it (none
+/// for an IPoIB netdev destroyed with the netns; `net1` in the host when returned) with
+/// the pod's GUID and link state, which this tells apart.
+///
+/// Errors: rtnetlink or sysfs failing while looking for the netdev (the caller keeps
+/// the journal). A GUID or link state that cannot be read is reported as
+/// [`GoneFile::NotUndone`]: the caller's own undo checks state before it acts. Whether
+/// another attachment holds the VF is the caller's to check first.
+pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError> {
+    let mut found = Vec::new();
+    // The port GUID in the IPoIB address of the netdev in the host (20 bytes only).
+    let mut ipoib = None;
+    if !j.vfio {
+        let Some((id, host_name, ..)) = j.netdev() else {
+            return Ok(GoneFile::NotUndone("the journal records no netdev".into()));
+        };
+        let Some(l) = super::find_in_host(host, j.vf, Some(id))? else {
+            return Ok(GoneFile::NotUndone(format!(
+                "VF {} has no netdev in the host network namespace (destroyed with the pod netns, or still in the pod)",
+                j.vf
+            )));
+        };
+        if l.name == j.ifname && host_name != j.ifname {
+            return Ok(GoneFile::NotUndone(format!(
+                "its netdev is in the host under the pod's name {} (ifindex {}), not {host_name}",
+                l.name, l.index
+            )));
+        }
+        // Go's DEL renames it to HostIFNames before the move (and again after its
+        // rebind): any other name is the kernel's (`dev<ifindex>` when it returned the
+        // netdev of a dead netns whose name was taken) or another DEL's fallback.
+        if l.name != host_name {
+            return Ok(GoneFile::NotUndone(format!(
+                "its netdev is in the host as {} (ifindex {}), not under its name {host_name}",
+                l.name, l.index
+            )));
+        }
+        found.push(format!(
+            "netdev {} (ifindex {}) in the host",
+            l.name, l.index
+        ));
+        ipoib = Guid::from_ipoib_hwaddr(&l.address);
+    }
+    let view = crate::plugin::vfattr::PfView::for_journal(&host.nl, host.sysfs, j);
+    let mut st = None;
+    let mut read = || -> Result<crate::plugin::vfattr::VfState, String> {
+        if st.is_none() {
+            st = Some(view.read().map_err(|e| e.to_string()));
+        }
+        st.clone().expect("read above")
+    };
+    for s in &j.steps {
+        match s {
+            Step::Guid {
+                want,
+                orig_node,
+                orig_port,
+                origin: None,
+                ..
+            } => {
+                let go_sets = if j.vfio {
+                    Some(Guid(u64::MAX))
+                } else {
+                    orig_port
+                        .or(*orig_node)
+                        .map(|g| if g.is_zero() { Guid(u64::MAX) } else { g })
+                };
+                if go_sets.is_none_or(|g| g == *want) {
+                    continue;
+                }
+                let now = match read() {
+                    Ok(st) => st.guids_with_ipoib(ipoib).1,
+                    Err(e) => return Ok(GoneFile::NotUndone(format!("its GUID: {e}"))),
+                };
+                match now {
+                    Some(g) if g == *want => {
+                        return Ok(GoneFile::NotUndone(format!(
+                            "VF {} still has the pod's GUID {want}",
+                            j.vf
+                        )))
+                    }
+                    Some(g) => found.push(format!("GUID {g}")),
+                    None => {
+                        return Ok(GoneFile::NotUndone(format!(
+                            "the GUID of VF {} cannot be read",
+                            j.vf
+                        )))
+                    }
+                }
+            }
+            Step::LinkState { want, .. } if *want != LinkState::Auto => {
+                match read().map(|st| st.link_state.map(|s| s.0)) {
+                    Ok(Some(now)) if now == *want => {
+                        return Ok(GoneFile::NotUndone(format!(
+                            "VF {} still has the pod's link state {want}",
+                            j.vf
+                        )))
+                    }
+                    Ok(Some(now)) => found.push(format!("link state {now}")),
+                    Ok(None) => {
+                        return Ok(GoneFile::NotUndone(format!(
+                            "the link state of VF {} cannot be read",
+                            j.vf
+                        )))
+                    }
+                    Err(e) => return Ok(GoneFile::NotUndone(format!("its link state: {e}"))),
+                }
+            }
+            _ => {}
+        }
+    }
+    if found.is_empty() {
+        found.push("nothing of the attachment on it".into());
+    }
+    Ok(GoneFile::AsGoLeavesIt(found.join(", ")))
 }

@@ -33,7 +33,8 @@ mod netdev_move;
 mod rdma_move;
 
 pub use addresses::DAD_WAIT;
-pub use go_cache::undone_by_go;
+pub use device_info::undo as remove_device_info;
+pub use go_cache::{as_go_left, file_gone, GoneFile};
 pub use ipam::{release as release_ipam, release_with};
 pub use netdev::{
     find_in_host, netdev_after_rebind, netdev_id, rebind_driver, FALLBACK_NAME_PATTERN,
@@ -329,10 +330,10 @@ pub fn undo(
             );
         }
     }
-    // The Go cache file goes last, once everything else is undone: while it exists a
-    // DEL acts on the journal; a complete journal without it was undone by the Go
-    // plugin (`undone_by_go`), which a crash of ours right after its removal also
-    // leaves, when indeed nothing is left to undo.
+    // The Go cache file goes last, once everything else is undone, so that a complete
+    // journal without it (a crash of ours right after its removal, or the Go plugin's
+    // DEL after a rollback) finds the VF restored: the teardown then reads the host
+    // (`as_go_left`) and drops the journal only when nothing of the attachment is left.
     if errs.is_empty() {
         for s in steps {
             if let Step::GoCache { path, content } = s {
