@@ -486,6 +486,42 @@ fn a_lost_journal_is_undone_from_our_cache_file_of_this_boot() {
     assert_eq!(t.lab.host.snapshot(), want, "{log}");
 }
 
+/// A journal lost with its `stateDir` while the pod runs also holds the VF against the
+/// next ADD: the rollback file our ADD wrote in this boot is found as the VF's holder
+/// (the Go cache index lists the directory again and cannot place the file in its log
+/// of our writes, src/plugin/go_index.rs `Kind::Orphan`). While the pod lives, another
+/// pod's ADD of the VF is refused (code 101, naming the file); after the runtime's DEL
+/// of the first attachment (undone from the file) the next ADD takes the VF.
+#[test]
+fn a_lost_journal_holds_its_vf_against_the_next_add() {
+    let t = attach();
+    std::fs::remove_dir_all(&t.lab.state).unwrap();
+    let pod2 = t.lab.host.new_pod();
+    let mut f2 = t.f.clone();
+    f2["containerID"] = json!("second-pod");
+    let e = run(&t.lab, "ADD", &f2, &pod2, &t.conf).expect_code(101);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("journal was lost") && msg.contains(&t.cache.display().to_string()),
+        "{msg}"
+    );
+    assert_eq!(pod2.links(), vec!["lo"]);
+    assert!(
+        t.pod.links().contains(&"net1".to_string()),
+        "still the first pod's"
+    );
+    // The runtime's DEL of the first attachment undoes it from the file; the VF is then
+    // free, and the second pod's ADD takes it.
+    run(&t.lab, "DEL", &t.f, &t.pod, &t.conf).expect_ok();
+    assert!(!t.cache.exists());
+    let r = run(&t.lab, "ADD", &f2, &pod2, &t.conf);
+    let log = r.stderr.clone();
+    r.expect_ok();
+    assert!(pod2.links().contains(&"net1".to_string()), "{log}");
+    run(&t.lab, "DEL", &f2, &pod2, &t.conf).expect_ok();
+    assert_eq!(pod2.links(), vec!["lo"]);
+}
+
 /// A Go cache file that is not one (corrupted) is skipped by a DEL without a journal,
 /// as the Go plugin's DEL skips a cache it cannot load: DEL succeeds and the file is
 /// left in place. With the journal there, DEL undoes everything and leaves the file

@@ -121,10 +121,15 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             if let Some(go) = super::upgrade::holder_of(ctx, vf_addr) {
                 let in_host = go.vfio || steps::find_in_host(&host, vf_addr, None)?.is_some();
                 if !in_host {
+                    let by = if go.ours.is_some() {
+                        "by an attachment of ib-sriov whose journal was lost (its stateDir emptied; the rollback file its ADD wrote remains"
+                    } else {
+                        "by the Go ib-sriov-cni ("
+                    };
                     return Err(CniError::new(
                         code::DEVICE_BUSY,
                         format!(
-                            "VF {vf_addr} is attached by the Go ib-sriov-cni ({}) and its netdev is not in the host: DEL that attachment first",
+                            "VF {vf_addr} is attached {by}{}) and its netdev is not in the host: DEL that attachment first",
                             go.path.display()
                         ),
                     ));

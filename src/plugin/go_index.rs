@@ -482,6 +482,13 @@ fn changing<T>(state_dir: &Path, path: &Path, act: impl FnOnce() -> (T, Option<K
     });
     let (r, kind) = act();
     let Some(mut idx) = idx else {
+        // The ours log is true whatever the index: a file our ADD wrote is recorded, so
+        // a later listing does not take it for one that a lost stateDir left
+        // ([`Kind::Orphan`]).
+        if let (Some(Kind::Ours), Ok(m)) = (&kind, std::fs::symlink_metadata(path)) {
+            let line = format!("+ {} {}\n", m.ino(), enc(name.as_bytes()));
+            append_ours(&ours_path(&ip), &line);
+        }
         log::debug!(
             "Go cache index {}: not brought up to date ({}); the next lookup lists {}",
             ip.display(),
