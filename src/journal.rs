@@ -419,8 +419,7 @@ impl JournalStore {
     /// survives it (an on-disk `stateDir`) stale.
     pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        let data = serde_json::to_vec_pretty(j)
-            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        let data = to_json(j).map_err(|e| JournalError::Io(path.clone(), e))?;
         crate::fsutil::in_dir(Some(&self.dir), || replace_nosync(&path, &data)).map_err(
             |(dir, e)| JournalError::Io(if dir { self.dir.clone() } else { path.clone() }, e),
         )
@@ -438,8 +437,7 @@ impl JournalStore {
     /// I/O errors naming the file.
     pub fn create(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        let data = serde_json::to_vec_pretty(j)
-            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        let data = to_json(j).map_err(|e| JournalError::Io(path.clone(), e))?;
         match crate::fsutil::in_dir(Some(&self.dir), || create_new(&path, &data, false)) {
             Ok(()) => Ok(()),
             Err((false, e)) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -496,7 +494,9 @@ impl JournalStore {
                 "not a regular file".into(),
             ));
         }
-        let mut b = Vec::new();
+        // Sized from the fstat above (one byte past it, to see end of file): two reads
+        // of a journal instead of a probe and one per doubling of the buffer.
+        let mut b = Vec::with_capacity(md.len().min(MAX_JOURNAL_BYTES) as usize + 1);
         f.take(MAX_JOURNAL_BYTES + 1)
             .read_to_end(&mut b)
             .map_err(|e| JournalError::Io(p.to_path_buf(), e))?;
@@ -723,6 +723,14 @@ impl JournalStore {
 fn libc_flags() -> i32 {
     use nix::fcntl::OFlag;
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
+}
+
+/// `j` as the journal file holds it (pretty-printed JSON), into a buffer sized for a
+/// typical journal (1-2 KiB) so that it is not regrown on the way.
+fn to_json(j: &Journal) -> io::Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(4096);
+    serde_json::to_writer_pretty(&mut data, j).map_err(io::Error::other)?;
+    Ok(data)
 }
 
 #[cfg(test)]
