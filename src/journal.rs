@@ -459,7 +459,7 @@ impl JournalStore {
         let name = Self::file_name(container_id, ifname);
         for dir in self.dirs() {
             let path = dir.join(&name);
-            let Some(j) = Self::load_path(&path)? else {
+            let Some(j) = Self::load_path_memo(&path)? else {
                 continue;
             };
             if j.container_id != container_id || j.ifname != ifname {
@@ -474,6 +474,39 @@ impl JournalStore {
     }
 
     fn load_path(p: &Path) -> Result<Option<Journal>, JournalError> {
+        match Self::read_path(p)? {
+            Some(b) => Self::parse(p, &b).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`JournalStore::load_path`] for [`JournalStore::load`], which DEL calls twice on
+    /// one file (to find the VF to lock, then under that lock): the file is read every
+    /// time, and when it holds the very bytes this process parsed last, that parse is
+    /// returned instead of parsing them again (a parse is a function of the bytes).
+    fn load_path_memo(p: &Path) -> Result<Option<Journal>, JournalError> {
+        /// The last journal parsed by `load`: its path, its bytes and the parse.
+        type Last = Option<(PathBuf, Vec<u8>, Journal)>;
+        static LAST: std::sync::Mutex<Last> = std::sync::Mutex::new(None);
+        let Some(b) = Self::read_path(p)? else {
+            return Ok(None);
+        };
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((lp, lb, lj)) = last.as_ref() {
+            if lp == p && *lb == b {
+                return Ok(Some(lj.clone()));
+            }
+        }
+        let j = Self::parse(p, &b)?;
+        *last = Some((p.to_path_buf(), b, j.clone()));
+        Ok(Some(j))
+    }
+
+    /// The bytes of the journal file `p`: `None` when there is none or it is empty (see
+    /// [`JournalStore::load`]).
+    fn read_path(p: &Path) -> Result<Option<Vec<u8>>, JournalError> {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
@@ -516,7 +549,14 @@ impl JournalStore {
             );
             return Ok(None);
         }
-        let j: Journal = serde_json::from_slice(&b)
+        Ok(Some(b))
+    }
+
+    /// The journal file `p` holding `b`.
+    ///
+    /// Errors: not a journal, or another version than [`JOURNAL_VERSION`].
+    fn parse(p: &Path, b: &[u8]) -> Result<Journal, JournalError> {
+        let j: Journal = serde_json::from_slice(b)
             .map_err(|e| JournalError::Unreadable(p.to_path_buf(), e.to_string()))?;
         if j.version != JOURNAL_VERSION {
             return Err(JournalError::Unreadable(
@@ -524,7 +564,7 @@ impl JournalStore {
                 format!("journal version {}, expected {JOURNAL_VERSION}", j.version),
             ));
         }
-        Ok(Some(j))
+        Ok(j)
     }
 
     /// Removes the journal of (containerID, ifname); `Ok(false)` when there was none.
