@@ -68,6 +68,11 @@ pub fn file_kind(st_mode: u32) -> &'static str {
 /// writing; the `fstat` check otherwise), a directory (`EISDIR` for writing) or any
 /// other non-regular file; any other open or fstat error as is.
 pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
+    open_regular_sized(path, flags, mode).map(|(f, _)| f)
+}
+
+/// [`open_regular`], with the file's size in bytes as its `fstat(2)` gave it.
+fn open_regular_sized(path: &Path, flags: OFlag, mode: u32) -> io::Result<(File, u64)> {
     let all = flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
     let fd = match open(path, all, Mode::from_bits_truncate(mode)) {
         Ok(fd) => fd,
@@ -81,7 +86,7 @@ pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
     if kind != "regular file" {
         return Err(not_regular(kind));
     }
-    Ok(File::from(fd))
+    Ok((File::from(fd), st.st_size.max(0) as u64))
 }
 
 /// Reads the whole regular file at `path` ([`open_regular`], read-only), refusing one
@@ -90,14 +95,30 @@ pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
 /// Errors: as [`open_regular`]; [`io::ErrorKind::InvalidData`] when the file holds more
 /// than `max` bytes (only `max + 1` bytes are ever read).
 pub fn read_regular_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    read_bounded(open_regular(path, OFlag::O_RDONLY, 0)?, max)
+    let (f, size) = open_regular_sized(path, OFlag::O_RDONLY, 0)?;
+    read_bounded_sized(f, max, Some(size))
 }
 
 /// Reads `r` to its end, refusing more than `max` bytes (only `max + 1` are ever read).
 ///
 /// Errors: reading; [`io::ErrorKind::InvalidData`] past `max`.
 pub fn read_bounded(r: impl Read, max: u64) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
+    read_bounded_sized(r, max, None)
+}
+
+/// [`read_bounded`] with the size `r` is expected to hold (`fstat(2)`'s `st_size`), or
+/// `None` when unknown: the buffer is sized for it up front (at most `max + 1` bytes;
+/// 8 KiB when unknown), so a small file takes two `read(2)`s (its bytes, then end of
+/// file) instead of a probe and a read per doubling of the buffer. Only the number of
+/// reads depends on `size`: the bytes read and the `max` check are [`read_bounded`]'s.
+///
+/// Errors: as [`read_bounded`].
+pub fn read_bounded_sized(r: impl Read, max: u64, size: Option<u64>) -> io::Result<Vec<u8>> {
+    // One byte past the expected size, so end of file is seen without growing.
+    let want = size
+        .map_or(8192, |s| s.saturating_add(1))
+        .min(max.saturating_add(1));
+    let mut buf = Vec::with_capacity(usize::try_from(want).unwrap_or(8192));
     r.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {
         return Err(io::Error::new(

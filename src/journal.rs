@@ -420,8 +420,7 @@ impl JournalStore {
     /// survives it (an on-disk `stateDir`) stale.
     pub fn save(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        let data = serde_json::to_vec_pretty(j)
-            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        let data = to_json(j).map_err(|e| JournalError::Io(path.clone(), e))?;
         crate::fsutil::in_dir(Some(&self.dir), || replace_nosync(&path, &data)).map_err(
             |(dir, e)| JournalError::Io(if dir { self.dir.clone() } else { path.clone() }, e),
         )
@@ -439,8 +438,7 @@ impl JournalStore {
     /// I/O errors naming the file.
     pub fn create(&self, j: &Journal) -> Result<(), JournalError> {
         let path = self.path(&j.container_id, &j.ifname);
-        let data = serde_json::to_vec_pretty(j)
-            .map_err(|e| JournalError::Io(path.clone(), io::Error::other(e)))?;
+        let data = to_json(j).map_err(|e| JournalError::Io(path.clone(), e))?;
         match crate::fsutil::in_dir(Some(&self.dir), || create_new(&path, &data, false)) {
             Ok(()) => Ok(()),
             Err((false, e)) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -462,7 +460,7 @@ impl JournalStore {
         let name = Self::file_name(container_id, ifname);
         for dir in self.dirs() {
             let path = dir.join(&name);
-            let Some(j) = Self::load_path(&path)? else {
+            let Some(j) = Self::load_path_memo(&path)? else {
                 continue;
             };
             if j.container_id != container_id || j.ifname != ifname {
@@ -477,6 +475,39 @@ impl JournalStore {
     }
 
     fn load_path(p: &Path) -> Result<Option<Journal>, JournalError> {
+        match Self::read_path(p)? {
+            Some(b) => Self::parse(p, &b).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`JournalStore::load_path`] for [`JournalStore::load`], which DEL calls twice on
+    /// one file (to find the VF to lock, then under that lock): the file is read every
+    /// time, and when it holds the very bytes this process parsed last, that parse is
+    /// returned instead of parsing them again (a parse is a function of the bytes).
+    fn load_path_memo(p: &Path) -> Result<Option<Journal>, JournalError> {
+        /// The last journal parsed by `load`: its path, its bytes and the parse.
+        type Last = Option<(PathBuf, Vec<u8>, Journal)>;
+        static LAST: std::sync::Mutex<Last> = std::sync::Mutex::new(None);
+        let Some(b) = Self::read_path(p)? else {
+            return Ok(None);
+        };
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((lp, lb, lj)) = last.as_ref() {
+            if lp == p && *lb == b {
+                return Ok(Some(lj.clone()));
+            }
+        }
+        let j = Self::parse(p, &b)?;
+        *last = Some((p.to_path_buf(), b, j.clone()));
+        Ok(Some(j))
+    }
+
+    /// The bytes of the journal file `p`: `None` when there is none or it is empty (see
+    /// [`JournalStore::load`]).
+    fn read_path(p: &Path) -> Result<Option<Vec<u8>>, JournalError> {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
@@ -497,7 +528,9 @@ impl JournalStore {
                 "not a regular file".into(),
             ));
         }
-        let mut b = Vec::new();
+        // Sized from the fstat above (one byte past it, to see end of file): two reads
+        // of a journal instead of a probe and one per doubling of the buffer.
+        let mut b = Vec::with_capacity(md.len().min(MAX_JOURNAL_BYTES) as usize + 1);
         f.take(MAX_JOURNAL_BYTES + 1)
             .read_to_end(&mut b)
             .map_err(|e| JournalError::Io(p.to_path_buf(), e))?;
@@ -517,7 +550,14 @@ impl JournalStore {
             );
             return Ok(None);
         }
-        let j: Journal = serde_json::from_slice(&b)
+        Ok(Some(b))
+    }
+
+    /// The journal file `p` holding `b`.
+    ///
+    /// Errors: not a journal, or another version than [`JOURNAL_VERSION`].
+    fn parse(p: &Path, b: &[u8]) -> Result<Journal, JournalError> {
+        let j: Journal = serde_json::from_slice(b)
             .map_err(|e| JournalError::Unreadable(p.to_path_buf(), e.to_string()))?;
         if j.version != JOURNAL_VERSION {
             return Err(JournalError::Unreadable(
@@ -525,7 +565,7 @@ impl JournalStore {
                 format!("journal version {}, expected {JOURNAL_VERSION}", j.version),
             ));
         }
-        Ok(Some(j))
+        Ok(j)
     }
 
     /// Removes the journal of (containerID, ifname); `Ok(false)` when there was none.
@@ -724,6 +764,14 @@ impl JournalStore {
 fn libc_flags() -> i32 {
     use nix::fcntl::OFlag;
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
+}
+
+/// `j` as the journal file holds it (pretty-printed JSON), into a buffer sized for a
+/// typical journal (1-2 KiB) so that it is not regrown on the way.
+fn to_json(j: &Journal) -> io::Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(4096);
+    serde_json::to_writer_pretty(&mut data, j).map_err(io::Error::other)?;
+    Ok(data)
 }
 
 #[cfg(test)]

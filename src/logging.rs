@@ -89,17 +89,49 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 /// `t` in RFC 3339, UTC, with milliseconds: `2026-11-25T19:32:43.123Z`. An instant
 /// before 1970 (a clock set wrong) is written as the epoch.
 pub fn rfc3339_utc(t: SystemTime) -> String {
+    let mut out = String::with_capacity(24);
+    push_rfc3339_utc(&mut out, t);
+    out
+}
+
+/// [`rfc3339_utc`] appended to `out`, digit by digit: a log line is built per record,
+/// and the formatting machinery (`format!` with widths) cost more than the rest of it.
+fn push_rfc3339_utc(out: &mut String, t: SystemTime) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (y, mo, day) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        d.subsec_millis()
-    )
+    let fields: [(u64, usize, &str); 7] = [
+        (y.max(0) as u64, 4, "-"),
+        (u64::from(mo), 2, "-"),
+        (u64::from(day), 2, "T"),
+        (s / 3600, 2, ":"),
+        (s / 60 % 60, 2, ":"),
+        (s % 60, 2, "."),
+        (u64::from(d.subsec_millis()), 3, "Z"),
+    ];
+    for (n, width, sep) in fields {
+        push_digits(out, n, width);
+        out.push_str(sep);
+    }
+}
+
+/// `n` in decimal, zero-padded to `width` digits (more when `n` needs them), as
+/// `{n:0width$}` writes it.
+fn push_digits(out: &mut String, n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    let mut m = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len().saturating_sub(width));
+    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
@@ -228,12 +260,22 @@ impl Log for Logger {
 impl Logger {
     /// One record as a line of stderr or `logFile` (with its newline).
     fn line(&self, r: &Record, prefix: &str, msg: &str) -> String {
-        format!(
-            "{} {:5} ib-sriov[{}] {prefix}: {msg}\n",
-            rfc3339_utc(SystemTime::now()),
-            r.level(),
-            pid(),
-        )
+        // "<RFC 3339> <level, padded to 5> ib-sriov[<pid>] <prefix>: <msg>\n", built in
+        // one buffer ([`push_rfc3339_utc`] says why not with `format!`).
+        let mut out = String::with_capacity(48 + prefix.len() + msg.len());
+        push_rfc3339_utc(&mut out, SystemTime::now());
+        out.push(' ');
+        let level = r.level().as_str();
+        out.push_str(level);
+        out.extend(std::iter::repeat_n(' ', 5usize.saturating_sub(level.len())));
+        out.push_str(" ib-sriov[");
+        push_digits(&mut out, u64::from(pid()), 1);
+        out.push_str("] ");
+        out.push_str(prefix);
+        out.push_str(": ");
+        out.push_str(msg);
+        out.push('\n');
+        out
     }
 }
 
@@ -325,6 +367,47 @@ pub fn init(level: LevelFilter, file: Option<&Path>, prefix: String, fields: &[(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `push_digits` writes what `{n:0width$}` writes, and a line has the layout the
+    /// module docs give (level padded to 5, pid in brackets).
+    #[test]
+    fn lines_are_built_as_format_would() {
+        for n in [0u64, 7, 9, 10, 99, 100, 999, 1000, 2026, 12_345, u64::MAX] {
+            for width in 1..=5 {
+                let mut s = String::new();
+                push_digits(&mut s, n, width);
+                assert_eq!(s, format!("{n:0width$}"));
+            }
+        }
+        let logger = Logger {
+            file: None,
+            journal: None,
+            journal_failed: AtomicBool::new(false),
+            stderr_is_journal: false,
+            prefix: String::new(),
+            stderr_ok: false,
+        };
+        for level in [log::Level::Info, log::Level::Error, log::Level::Debug] {
+            let r = Record::builder()
+                .level(level)
+                .args(format_args!("m"))
+                .build();
+            let line = logger.line(&r, "ADD c/net1", "moved é");
+            let (stamp, rest) = line.split_at(24);
+            assert_eq!(stamp.len(), "2026-11-25T19:32:43.123Z".len());
+            assert!(
+                stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+                "{line}"
+            );
+            assert_eq!(
+                rest,
+                format!(
+                    " {level:5} ib-sriov[{}] ADD c/net1: moved é\n",
+                    std::process::id()
+                )
+            );
+        }
+    }
 
     #[test]
     fn rfc3339_utc_at_known_instants() {

@@ -172,7 +172,10 @@ fn dec(s: &str) -> Option<Vec<u8>> {
 
 /// Reads the index (its Go and other entries). `None` when missing or malformed.
 fn load(path: &Path) -> Option<Index> {
-    let text = std::fs::read_to_string(path).ok()?;
+    // Into an 8 KiB buffer, without the fstat that `fs::read_to_string` makes for its
+    // size hint (the index of a directory without Go files is under 100 bytes).
+    let f = std::fs::File::open(path).ok()?;
+    let text = String::from_utf8(crate::fsutil::read_bounded(f, u64::MAX - 1).ok()?).ok()?;
     let mut lines = text.lines();
     if lines.next()? != HEADER {
         return None;
@@ -301,32 +304,46 @@ fn write_file(path: &Path, data: &[u8]) -> bool {
 /// Whether a change after a `stat` of `dir` always gets a new mtime: Linux 6.13 or later
 /// (multigrain timestamps) on ext4, xfs, btrfs or tmpfs.
 fn multigrain(dir: &Path) -> bool {
-    let Ok(u) = nix::sys::utsname::uname() else {
-        return false;
-    };
-    let rel = u.release().to_string_lossy();
-    let mut v = rel.split(|c: char| !c.is_ascii_digit());
-    let (Some(Ok(major)), Some(Ok(minor))) = (
-        v.next().map(str::parse::<u32>),
-        v.next().map(str::parse::<u32>),
-    ) else {
-        return false;
-    };
-    if (major, minor) < (6, 13) {
-        return false;
-    }
-    common_fs(dir)
+    // The running kernel's release (`uname(2)`), asked once per process.
+    static SINCE_6_13: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let new_enough = *SINCE_6_13.get_or_init(|| {
+        let Ok(u) = nix::sys::utsname::uname() else {
+            return false;
+        };
+        let rel = u.release().to_string_lossy();
+        let mut v = rel.split(|c: char| !c.is_ascii_digit());
+        let (Some(Ok(major)), Some(Ok(minor))) = (
+            v.next().map(str::parse::<u32>),
+            v.next().map(str::parse::<u32>),
+        ) else {
+            return false;
+        };
+        (major, minor) >= (6, 13)
+    });
+    new_enough && common_fs(dir)
 }
 
 /// Whether `dir` is on ext4, xfs, btrfs or tmpfs (`statfs(2)`: EXT4_SUPER_MAGIC,
-/// XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC, linux/magic.h).
+/// XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC, linux/magic.h). Asked once per
+/// directory per process (a call's ADD or DEL asks it of one Go cache directory up to
+/// twice; a failed `statfs` is asked again).
 pub fn common_fs(dir: &Path) -> bool {
-    nix::sys::statfs::statfs(dir).is_ok_and(|s| {
-        matches!(
-            s.filesystem_type().0 as u64,
-            0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
-        )
-    })
+    static SEEN: std::sync::Mutex<Vec<(PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, common)) = seen.iter().find(|(d, _)| d == dir) {
+        return *common;
+    }
+    let Ok(s) = nix::sys::statfs::statfs(dir) else {
+        return false;
+    };
+    let common = matches!(
+        s.filesystem_type().0 as u64,
+        0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
+    );
+    seen.push((dir.to_path_buf(), common));
+    common
 }
 
 /// The coarse clock (what a filesystem without multigrain timestamps stamps changes with).

@@ -68,8 +68,12 @@ pub(super) fn remove_if_ours(
         .metadata()
         .is_ok_and(|m| m.is_file() && m.len() == content.len() as u64)
         && {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut f, &mut s).is_ok() && s == content
+            // At most one byte past what ADD wrote (a longer file is not ours), into a
+            // buffer of that size: the bytes, then end of file, in two reads.
+            let want = content.len() as u64 + 1;
+            let mut b = Vec::with_capacity(want as usize);
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, want), &mut b).is_ok()
+                && b == content.as_bytes()
         };
     if !is_ours {
         log::warn!(
