@@ -430,8 +430,23 @@ fn del_without_a_journal_releases_the_ip_and_moves_no_device() {
     let lab = Lab::default();
     let pod = lab.host.new_pod();
     let conf = lab.conf("1.0.0", 2);
+    // A lost journal whose rollback file (written by our ADD in this boot) remains: the
+    // host may still hold what the file describes, so DEL undoes it from the file, as
+    // the Go plugin's DEL would, and releases the IP (src/plugin/del.rs).
+    lab.add("c0", &pod, &conf).expect_ok();
+    std::fs::remove_file(lab.state.join("c0:net1")).unwrap();
+    let r = lab.del("c0", pod.netns(), &conf);
+    let log = r.stderr.clone();
+    r.expect_ok();
+    assert!(log.contains("the journal was lost"), "{log}");
+    assert!(lab.allocations().is_empty());
+    assert_eq!(pod.links(), vec!["lo"], "{log}");
+    // Neither journal nor rollback file: nothing says what ADD made, so no device moves
+    // (whatever the pod has under CNI_IFNAME is the pod's); the IP is released.
     lab.add("c1", &pod, &conf).expect_ok();
     std::fs::remove_file(lab.state.join("c1:net1")).unwrap();
+    let go_dir = lab.host.root().join("go-cache");
+    std::fs::remove_file(go_dir.join("c1-net1")).unwrap();
     let host_before = lab.host.snapshot();
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert!(lab.allocations().is_empty());
