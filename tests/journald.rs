@@ -31,6 +31,7 @@ fn failing_conf(dir: &Path, log_file: Option<&Path>) -> String {
         "type": "ib-sriov",
         "deviceID": "0000:af:07.7",
         "stateDir": dir.join("state"),
+        "goCacheDir": dir.join("go-cache"),
         "logLevel": "debug",
         "ipam": {"type": "ib-sriov-ipam", "subnet": "10.56.217.0/24", "dataDir": dir.join("data")},
     });

@@ -68,6 +68,7 @@ impl Lab {
             "type": "ib-sriov",
             "deviceID": self.host.vf(vf).addr,
             "stateDir": self.state,
+            "goCacheDir": self.host.root().join("go-cache"),
             "logLevel": "debug",
             "ipam": {
                 "type": "ib-sriov-ipam",

@@ -47,6 +47,7 @@ fn rail_conf(lab: &Lab, k: u32, one_network: bool) -> Value {
         "type": "ib-sriov",
         "deviceID": lab.host.vf(k).addr,
         "stateDir": lab.state,
+        "goCacheDir": lab.host.root().join("go-cache"),
         "logLevel": "debug",
         "runtimeConfig": {"infinibandGUID": format!("02:00:00:00:00:00:aa:{:02x}", k + 1)},
         "link_state": "enable",
@@ -238,6 +239,7 @@ fn shipped_same_subnet_conflist_through_libcni() {
         p["deviceID"] = json!(lab.host.vf(k).addr);
         p["pciBusID"] = json!(lab.host.vf(k).addr);
         p["stateDir"] = json!(lab.state);
+        p["goCacheDir"] = json!(lab.host.root().join("go-cache"));
         p["ipam"]["dataDir"] = json!(lab.data);
         let file = scratch.path().join(format!("rail{k}.conflist"));
         std::fs::write(&file, c.to_string()).unwrap();

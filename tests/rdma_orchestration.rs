@@ -45,6 +45,7 @@ impl World {
             "cniVersion": "1.0.0", "name": "ibnet", "type": "ib-sriov",
             "deviceID": self.host.vf(vf).addr,
             "stateDir": self.host.root().join("state"),
+            "goCacheDir": self.host.root().join("go-cache"),
             "ipam": {"type": "ib-sriov-ipam", "subnet": "10.56.217.0/24",
                      "dataDir": self.host.root().join("ipam")},
         });

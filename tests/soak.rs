@@ -221,6 +221,7 @@ impl Soak {
             "type": "ib-sriov",
             "deviceID": self.host.vf(vf).addr,
             "stateDir": self.state,
+            "goCacheDir": self.host.root().join("go-cache"),
             "logLevel": "debug",
             "lockTimeoutMs": 15000,
             "ipam": {
