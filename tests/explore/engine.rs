@@ -1860,10 +1860,14 @@ impl World {
                     let pre = self.model.atts.get(&(cid.clone(), ifn.clone())).cloned();
                     // A lost journal's attachment is found in its pod only through
                     // CNI_NETNS (the runtime sends it empty once the netns is gone).
-                    if *nonetns
-                        && pre
-                            .as_ref()
-                            .is_some_and(|a| a.wiped && a.holds() && self.model.pod_alive(&a.pod))
+                    // Its DEL runs alone, as a Go attachment's does: it finds the
+                    // netdev it moves back through the emulated `<VF>/net/` entry,
+                    // which a concurrent ADD's rebind re-syncs from the host netns.
+                    let wiped = pre.as_ref().is_some_and(|a| a.wiped && a.holds());
+                    if wiped
+                        && (ops.len() > 1
+                            || (*nonetns
+                                && pre.as_ref().is_some_and(|a| self.model.pod_alive(&a.pod))))
                     {
                         self.stats.skipped += 1;
                         continue;
