@@ -244,3 +244,37 @@ fn go_holder_is_found_whatever_the_index() {
     lab.del("ours-0", p0.netns(), &c0).expect_ok();
     lab.del("ours-1", p1.netns(), &c1).expect_ok();
 }
+
+/// The rollback files of our own live attachments that the Go cache index's log does not
+/// know (an upgrade from a version without the index, or a lost log) stay out of the
+/// index: their VFs are held by our journals, so the index, read at every ADD, does not
+/// grow with the node's attachments. After a wipe of the stateDir (journals and holder
+/// links gone) the same files are indexed as orphans (`o` lines), each a holder of its
+/// VF for the next ADD (src/plugin/go_index.rs `Kind::Orphan`).
+#[test]
+fn live_attachments_unknown_to_the_log_stay_out_of_the_index() {
+    let lab = Lab::default();
+    let go_dir = lab.host.root().join("go-cache");
+    let pods: Vec<_> = (0..4).map(|_| lab.host.new_pod()).collect();
+    for k in 0..2u32 {
+        lab.add(
+            &format!("live-{k}"),
+            &pods[k as usize],
+            &lab.conf("1.0.0", k),
+        )
+        .expect_ok();
+    }
+    let index = ib_sriov_cni::plugin::go_index::index_path(&lab.state, &go_dir);
+    std::fs::remove_file(&index).unwrap();
+    std::fs::remove_file(format!("{}.ours", index.display())).unwrap();
+    lab.add("live-2", &pods[2], &lab.conf("1.0.0", 2))
+        .expect_ok();
+    let text = std::fs::read_to_string(&index).unwrap();
+    assert!(!text.lines().any(|l| l.starts_with("o ")), "{text}");
+    std::fs::remove_dir_all(&lab.state).unwrap();
+    lab.add("after-wipe", &pods[3], &lab.conf("1.0.0", 3))
+        .expect_ok();
+    let text = std::fs::read_to_string(&index).unwrap();
+    let orphans = text.lines().filter(|l| l.starts_with("o ")).count();
+    assert_eq!(orphans, 3, "{text}");
+}

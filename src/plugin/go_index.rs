@@ -106,8 +106,9 @@ enum Kind {
     /// another boot: nothing of its attachment is left).
     Ours,
     /// A file our ADD wrote in this boot, naming this VF, that the ours log does not
-    /// know: found by a listing after the stateDir (journals, log and index) was lost,
-    /// so it may be all that is left of a live attachment.
+    /// know and no journal of this stateDir holds the VF of: found by a listing after
+    /// the stateDir (journals, holder links, log and index) was lost, so it may be all
+    /// that is left of a live attachment.
     Orphan(PciAddress),
 }
 
@@ -367,7 +368,14 @@ fn go_lock() -> Option<crate::fsutil::FileLock> {
 /// old index's entries and the ours log's) with the same name and inode keep their
 /// class, every other file is read. The result is settled when `settled` and every file
 /// was read; the files that are ours come back apart (for the log).
-fn rebuild(dir: &Path, st: Stamp, settled: bool, known: Vec<Entry>) -> Option<(Index, Vec<Entry>)> {
+fn rebuild(
+    state_dir: &Path,
+    dir: &Path,
+    st: Stamp,
+    settled: bool,
+    known: Vec<Entry>,
+) -> Option<(Index, Vec<Entry>)> {
+    let store = crate::journal::JournalStore::new(state_dir);
     let rd = std::fs::read_dir(dir).ok()?;
     let mut known: HashMap<(String, u64), Kind> = known
         .into_iter()
@@ -394,7 +402,18 @@ fn rebuild(dir: &Path, st: Stamp, settled: bool, known: Vec<Entry>) -> Option<(I
                 let p = e.path();
                 match crate::fsutil::read_regular_bounded(&p, gocache::MAX_GO_CACHE_BYTES) {
                     Ok(b) => match gocache::parse(&b, p) {
-                        Ok(g) if g.ours_this_boot() => Kind::Orphan(g.vf),
+                        // Ours, of this boot, unknown to the log: an orphan only when no
+                        // journal of this stateDir holds its VF (its holder link,
+                        // `<stateDir>/vfs/<VF>`); a live attachment's file (the log was
+                        // lost, or an earlier version wrote it) stays out of the index,
+                        // so the index does not grow with the node's attachments.
+                        Ok(g)
+                            if g.ours_this_boot()
+                                && std::fs::symlink_metadata(store.holder_link_path(g.vf))
+                                    .is_err() =>
+                        {
+                            Kind::Orphan(g.vf)
+                        }
                         Ok(g) if g.ours.is_some() => Kind::Ours,
                         Ok(g) => Kind::Go(g.vf),
                         Err(_) => Kind::Other,
@@ -440,7 +459,7 @@ fn holder_in(state_dir: &Path, dir: &Path, vf: PciAddress) -> Option<GoAttachmen
             let mut known = load(&ip).map(|i| i.entries).unwrap_or_default();
             known.extend(load_ours(&lp));
             let settled = lock.is_some() && settles(dir, &st, before);
-            let (i, ours) = rebuild(dir, st, settled, known)?;
+            let (i, ours) = rebuild(state_dir, dir, st, settled, known)?;
             if lock.is_some() {
                 let log: String = ours
                     .iter()
