@@ -1777,7 +1777,9 @@ impl World {
         std::fs::create_dir_all(&self.devinfo_dir).unwrap();
         self.boot += 1;
         for a in self.model.atts.values_mut() {
-            if a.holds() && a.go.is_none() {
+            // The Go-format cache files are on disk and outlive the boot, ours and the
+            // Go plugin's alike (the next DEL or GC removes them).
+            if a.holds() {
                 a.gocache_may = true;
             }
             a.st = St::Orphan;
@@ -2613,6 +2615,12 @@ impl World {
             None => self.release_pod(&a.pod)?,
         }
         if a.st == St::Orphan {
+            // A Go cache file carries no boot ID: DEL of a Go attachment that a reboot
+            // ended still finishes it as the Go plugin's DEL would (its VF free: no
+            // newer attachment holds it), the netdev left down and the GUID restored.
+            if let Some(c) = a.go {
+                self.go_del_effects(a.dev, c);
+            }
             return Ok(());
         }
         let d = a.dev;
