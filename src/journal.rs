@@ -239,6 +239,44 @@ pub struct Journal {
     /// one) moved into the pod. Empty in journals of earlier versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rdma_devices: Vec<String>,
+    /// The pod the attachment belongs to, from CNI_ARGS `K8S_POD_NAMESPACE`,
+    /// `K8S_POD_NAME` and `K8S_POD_UID` at ADD (set by Multus, the kubelet's CNI
+    /// callers and dra-driver-sriov; absent for cnitool or a runtime that sends none):
+    /// doctor and the exporter label the attachment with it. Absent in journals of
+    /// earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+}
+
+/// A Kubernetes pod as CNI_ARGS name it (keys `K8S_POD_NAMESPACE`, `K8S_POD_NAME`,
+/// `K8S_POD_UID`; containernetworking/cni `pkg/types` `CommonArgs` and Multus'
+/// `K8sArgs`). Informational only: nothing the plugin undoes depends on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    /// `K8S_POD_NAMESPACE`, empty when not sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// `K8S_POD_NAME`, empty when not sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `K8S_POD_UID`, empty when not sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+impl PodRef {
+    /// The pod CNI_ARGS name; `None` when none of the three keys is set (or all are
+    /// empty).
+    pub fn from_args(args: &crate::cni::args::CniArgs) -> Option<PodRef> {
+        let get = |k: &str| args.get(k).unwrap_or("").to_string();
+        let p = PodRef {
+            namespace: get("K8S_POD_NAMESPACE"),
+            name: get("K8S_POD_NAME"),
+            uid: get("K8S_POD_UID"),
+        };
+        (!p.namespace.is_empty() || !p.name.is_empty() || !p.uid.is_empty()).then_some(p)
+    }
 }
 
 impl Journal {
@@ -776,6 +814,25 @@ fn to_json(j: &Journal) -> io::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pod_from_cni_args() {
+        use crate::cni::args::CniArgs;
+        let a =
+            CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p-0;K8S_POD_UID=u-1");
+        let p = PodRef::from_args(&a).unwrap();
+        assert_eq!(
+            (p.namespace.as_str(), p.name.as_str(), p.uid.as_str()),
+            ("ns", "p-0", "u-1")
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"namespace": "ns", "name": "p-0", "uid": "u-1"})
+        );
+        assert_eq!(PodRef::from_args(&CniArgs::parse("IgnoreUnknown=1")), None);
+        assert_eq!(PodRef::from_args(&CniArgs::parse("K8S_POD_NAME=")), None);
+    }
+
     use super::*;
     use proptest::prelude::*;
 
@@ -817,6 +874,7 @@ mod tests {
             complete: false,
             boot_id: None,
             rdma_devices: Vec::new(),
+            pod: None,
         }
     }
 

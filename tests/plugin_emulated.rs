@@ -593,6 +593,16 @@ fn runtime_inputs_multus_style() {
     let args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=c1";
     let r = lab.run("ADD", "c1", pod.netns(), &conf, &[("CNI_ARGS", args)]);
     r.expect_ok();
+    // The journal names the pod CNI_ARGS gave (no K8S_POD_UID sent: no uid key).
+    let js = lab.journals();
+    assert_eq!(js.len(), 1, "{js:?}");
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(lab.state.join(&js[0])).unwrap()).unwrap();
+    assert_eq!(
+        j["pod"],
+        json!({"namespace": "default", "name": "p"}),
+        "{j}"
+    );
     lab.run("DEL", "c1", pod.netns(), &conf, &[("CNI_ARGS", args)])
         .expect_ok();
 }

@@ -295,6 +295,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         } else {
             dev.rdma_devices.clone()
         },
+        pod: crate::journal::PodRef::from_args(&env.args),
     };
 
     // 5. The holder link, then the plan, durable before the first change.

@@ -411,5 +411,7 @@ fn journal_for(
         // The Go cache records no boot: taken as this boot's, as the Go plugin would.
         boot_id: None,
         rdma_devices: go.rdma_device.iter().cloned().collect(),
+        // The Go cache does not record the pod.
+        pod: None,
     })
 }
