@@ -540,6 +540,20 @@ impl Sysfs {
         })
     }
 
+    /// The hardware address of netdev `ifname` of the device, as the kernel prints it in
+    /// `<root>/bus/pci/devices/<addr>/net/<ifname>/address` (lower-case hex bytes joined
+    /// by `:`, 20 bytes for IPoIB; Documentation/ABI/testing/sysfs-class-net); `None`
+    /// when that netdev is not listed.
+    pub fn netdev_address(&self, addr: PciAddress, ifname: &str) -> io::Result<Option<String>> {
+        check_name(ifname, "interface name")?;
+        let path = self
+            .existing_device_dir(addr)?
+            .join("net")
+            .join(ifname)
+            .join("address");
+        Ok(read_optional(&path)?.map(|t| t.trim().to_string()))
+    }
+
     /// The PCI device owning netdev `ifname` as seen in this root: resolves
     /// `<root>/class/net/<ifname>/device`; `None` when the netdev is not listed (another
     /// netns) or has no PCI parent (virtual devices have no `device` link).

@@ -21,7 +21,8 @@
 //!   EXPLORE_SAVE_DIR (where the shrunk list is written, default /tmp/explore-shrunk),
 //!   EXPLORE_SHRINK_SECONDS (shrinking budget, default 240), EXPLORE_STOP (stop at the
 //!   first violation; by default each is reported and exploration goes on with the next
-//!   seed), EXPLORE_VERBOSE. One progress line per seed (`scripts/explore.sh --summarize`).
+//!   seed), EXPLORE_VERBOSE (with EXPLORE_ALL_LOGS=1, every
+//!   plugin call's log, not only those of calls over 1 s). One progress line per seed (`scripts/explore.sh --summarize`).
 //! - `regressions`: every tests/fixtures/explore/*.ops, strict (no known defect
 //!   tolerated); a file with `# expect-violation: <n>` documents a known plugin defect.
 //!

@@ -307,6 +307,53 @@ fn original_name_taken_in_the_host_returns_the_vf_under_the_fallback_name() {
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
+/// The kernel lists a VF's netdev under `<VF>/net/<name>/` with its ifindex. Between
+/// the plugin's read of that listing and its netlink lookup, the netdev can be renamed
+/// and another link can take the old name (the explorer met it: a DEL returning
+/// another VF's netdev as `net1` while an ADD read `net1` for its VF). ADD moves the
+/// VF's own netdev, found by the listed ifindex, never the link that now has the name.
+#[test]
+fn add_moves_the_listed_ifindex_not_the_link_that_took_the_listed_name() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 0);
+    lab.host.sync_netdevs().unwrap();
+    let orig = lab.host.vf(0).netdev.clone().unwrap();
+    let vf_link = lab.host.snapshot().link(&orig).unwrap().clone();
+    // The listing says `<orig>` (as read before the rename); the VF's netdev is now
+    // `renamed0`, and a foreign link holds `<orig>`.
+    host_ok(&lab, &["link", "set", &orig, "name", "renamed0"]);
+    host_ok(
+        &lab,
+        &[
+            "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
+        ],
+    );
+    let squatter = lab.host.snapshot().link(&orig).unwrap().clone();
+    assert_ne!(squatter.ifindex, vf_link.ifindex);
+    let r = lab.add("c1", &pod, &conf);
+    r.expect_ok();
+    let after = lab.host.snapshot();
+    assert_eq!(
+        after.link(&orig),
+        Some(&squatter),
+        "the squatter stays in the host"
+    );
+    assert!(
+        after.link("renamed0").is_none(),
+        "the VF's netdev went to the pod"
+    );
+    let in_pod = pod.link_snapshots().into_iter().find(|l| l.name == "net1");
+    assert_eq!(
+        in_pod.map(|l| l.address),
+        Some(vf_link.address.clone()),
+        "the pod's net1 is the VF's netdev"
+    );
+    lab.del("c1", pod.netns(), &conf).expect_ok();
+    assert_eq!(pod.links(), ["lo"]);
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}
+
 /// Finding 6 (second part) and 7: a repeated ADD of a live attachment, with bad input or
 /// good, on the same VF or another, is refused and the live attachment is untouched.
 #[test]

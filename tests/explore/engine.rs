@@ -2047,7 +2047,9 @@ impl World {
         self.release_pods = Some(BTreeSet::new());
         for (i, (p, c)) in order {
             self.last_log = c.stderr.clone();
-            if self.opts.verbose && c.took > Duration::from_secs(1) {
+            if self.opts.verbose
+                && (c.took > Duration::from_secs(1) || std::env::var("EXPLORE_ALL_LOGS").is_ok())
+            {
                 eprintln!("explore: {} took {:?}:\n{}", p.op, c.took, c.stderr);
             }
             let overlap = multi

@@ -76,7 +76,8 @@ pub(super) fn find_in_pod(
 
 /// The VF's netdev in the host netns: listed by the kernel under `<VF>/net/`, else the
 /// link whose parent device is the VF and that still has the recorded address or
-/// ifindex, else the recorded ifindex with the recorded address.
+/// ifindex, else the one link with the recorded identity ([`same_device`]) at any
+/// ifindex. One link dump.
 pub fn find_in_host(
     host: &Host,
     vf: PciAddress,
@@ -87,27 +88,38 @@ pub fn find_in_host(
     }
     let Some(id) = id else { return Ok(None) };
     let vfs = vf.to_string();
-    if let Some(l) = host.nl.link_by_parent(&vfs)? {
+    let links = host.nl.links()?;
+    if let Some(l) = links
+        .iter()
+        .find(|l| l.parent_dev.as_deref() == Some(vfs.as_str()))
+    {
         if l.index == id.ifindex || format_hwaddr(&l.address) == id.hwaddr {
-            return Ok(Some(l));
+            return Ok(Some(l.clone()));
         }
     }
-    // ifindex 0: not recorded (an attachment converted from the Go plugin's cache).
-    if id.ifindex != 0 {
-        if let Some(l) = host.nl.link_by_index(id.ifindex)? {
-            if same_device(&l, id, &vfs) {
-                return Ok(Some(l));
-            }
-        }
+    // By the recorded identity (address, and parent when either side has one), at any
+    // ifindex: moving a netdev into a netns where its ifindex is taken gives it a new
+    // one ("If there is an ifindex conflict assign a new one",
+    // `__dev_change_net_namespace()` in net/core/dev.c). Several candidates: the one
+    // with the recorded ifindex, else none (ambiguous, touched by nobody).
+    let mut same: Vec<&crate::netlink::Link> =
+        links.iter().filter(|l| same_device(l, id, &vfs)).collect();
+    if same.len() > 1 {
+        same.retain(|l| id.ifindex != 0 && l.index == id.ifindex);
     }
-    Ok(None)
+    Ok(match same.as_slice() {
+        [l] => Some((*l).clone()),
+        _ => None,
+    })
 }
 
 /// The netdev the kernel lists under `<VF>/net/` (the VF's own, in the host netns), as
-/// a link. udev may rename it between the sysfs read and the netlink lookup (a netdev
-/// re-created by a rebind or an RDMA device move comes up as `ib%d` and is renamed
-/// asynchronously): a name that vanished is looked up again by its parent device
-/// (`IFLA_PARENT_DEV_NAME`), which no rename changes. While the kernel replaces the
+/// a link, looked up by the ifindex listed with it (`<VF>/net/<name>/ifindex`). udev
+/// may rename it between the sysfs read and the netlink lookup (a netdev re-created by
+/// a rebind or an RDMA device move comes up as `ib%d` and is renamed asynchronously),
+/// and another link may take the old name: the ifindex stays. A listing that no longer
+/// holds is looked up again by its parent device (`IFLA_PARENT_DEV_NAME`), which no
+/// rename changes. While the kernel replaces the
 /// VF's netdev (one being destroyed, its successor created), two are listed: the one
 /// with the identity `id` when given, else the newest (highest ifindex: the kernel
 /// hands out ifindexes in increasing order, `dev_index_reserve()` in net/core/dev.c).
@@ -120,9 +132,30 @@ pub(super) fn listed_in_host(
     if names.is_empty() {
         return Ok(None);
     }
+    // Each listed netdev by the ifindex the kernel lists with it, not by its name: the
+    // name may have moved to another link since (a rename, then another netdev given
+    // that name), the ifindex cannot. The link is the VF's own when its parent device
+    // is the VF or, for a netdev that reports none, when it still has the name or the
+    // address listed with that ifindex.
     let mut found = Vec::new();
     for n in &names {
-        if let Some(l) = host.nl.link_by_name(n)? {
+        let Ok(Some(ix)) = host.sysfs.netdev_ifindex(vf, n) else {
+            continue; // renamed or gone since the listing
+        };
+        let Some(l) = host.nl.link_by_index(ix)? else {
+            continue;
+        };
+        let own = match l.parent_dev.as_deref() {
+            Some(p) => p == vf.to_string(),
+            None => {
+                l.name == *n
+                    || host
+                        .sysfs
+                        .netdev_address(vf, n)
+                        .is_ok_and(|a| a.as_deref() == Some(format_hwaddr(&l.address).as_str()))
+            }
+        };
+        if own {
             found.push(l);
         }
     }
