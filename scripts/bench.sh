@@ -2,7 +2,7 @@
 # Benchmark (not a test): ADD+DEL cycles of a VF move on an emulated host.
 #
 #   scripts/bench.sh [--only ROWS] [--cycles N] [--warmup N] [--gap MS] [--json FILE]
-#                    [--samples DIR] [--store STORE] [--base BIN] [--check]
+#                    [--samples DIR] [--store STORE] [--base BIN] [--no-go-cache] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
 #   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
 #
@@ -50,6 +50,9 @@
 #               stateDir, IPAM dataDir and goCacheDir of its own, interleaved with ours
 #               in the same rounds: a same-run A/B. The report prints ours/base for the
 #               CPU of ADD+DEL and of ADD alone. Added to ROWS by --base.
+#               --no-go-cache configures ours with goCacheDir "" (no Go rollback file,
+#               docs/upgrading.md): against a build from before that file (3b3b2b1),
+#               what the file costs.
 #   bare        the two netns moves without the renames (`ip link set DEV netns POD`):
 #               not a floor for a CNI plugin, which must name the interface
 #               CNI_IFNAME (SPEC.md "ADD"); printed for reference (a rename inside
@@ -250,6 +253,7 @@ store="${BENCH_STORE:-${BENCH_TMPDIR:-loop-ext4}}"
 check=0
 scale=0
 base_bin="${BENCH_BASE_BIN:-}"
+no_go_cache=0
 while (($#)); do
     case "$1" in
     --scale) scale=1; shift ;;
@@ -270,6 +274,7 @@ while (($#)); do
     --base) base_bin="$2"; shift 2 ;;
     --base=*) base_bin="${1#*=}"; shift ;;
     --check) check=1; shift ;;
+    --no-go-cache) no_go_cache=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -444,7 +449,10 @@ if want ours; then
                 '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:$state,goCacheDir:$go,
                   ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:$ipam}}'
         }
-        ours_conf "$tmp/state" "$sdir/ipam-ours" "$sdir/go-cache-ours" >"${r_conf[ours]}"
+        # --no-go-cache: ours writes no Go rollback file (goCacheDir ""), to tell that
+        # file's cost in an A/B against a build that wrote none (3b3b2b1 and before).
+        if ((no_go_cache)); then ours_go=""; else ours_go="$sdir/go-cache-ours"; fi
+        ours_conf "$tmp/state" "$sdir/ipam-ours" "$ours_go" >"${r_conf[ours]}"
         if [[ -n "$base_bin" ]]; then
             export BENCH_BASE_BIN="$tmp/bin/ib-sriov-base"
             r_host[base]="${r_host[ours]}" r_dev[base]="${r_dev[ours]}" r_pod[base]="${r_pod[ours]}"

@@ -747,6 +747,10 @@ pub struct World {
     /// state is taken as the next check finds it (Go's DEL leaves the netdev down; an
     /// ADD that came through in between records and restores what it found).
     up_any: BTreeSet<usize>,
+    /// Per ADD of this step (its key): the Go attachments that a reboot ended on its VF
+    /// whose cache file was there before it ran. The ADD finishes them as the Go
+    /// plugin's DEL would (`upgrade::finish_dead`, which removes the file).
+    go_orphans_pre: BTreeMap<(String, String), Vec<(String, String)>>,
     pub last_log: String,
 }
 
@@ -977,6 +981,7 @@ impl World {
             start_rdma,
             foreign: BTreeSet::new(),
             up_any: BTreeSet::new(),
+            go_orphans_pre: BTreeMap::new(),
             last_log: String::new(),
         }
     }
@@ -1838,6 +1843,21 @@ impl World {
                     if let Some(x) = x {
                         std::fs::write(self.ctl.join(format!("{cid}-{ifn}.ADD")), x).unwrap();
                     }
+                    let orphans: Vec<(String, String)> = self
+                        .model
+                        .atts
+                        .values()
+                        .filter(|a| {
+                            a.go.is_some()
+                                && a.st == St::Orphan
+                                && a.dev == *dev
+                                && a.gocache_may
+                                && self.go_file(&a.cid, &a.ifn).exists()
+                        })
+                        .map(|a| a.key())
+                        .collect();
+                    self.go_orphans_pre
+                        .insert((cid.clone(), ifn.clone()), orphans);
                     Prep {
                         op: op.clone(),
                         cmd: "ADD",
@@ -2131,6 +2151,7 @@ impl World {
                 ..
             } => {
                 let key = (cid.clone(), ifn.clone());
+                let go_orphans = self.go_orphans_pre.remove(&key).unwrap_or_default();
                 let dm = self.model.devs[*dev].clone();
                 let lock = self.lock_held_for(Some(*dev), Some(*net));
                 let other_holder = pre_holder.filter(|h| h.key() != key);
@@ -2148,6 +2169,7 @@ impl World {
                             }
                         }
                         self.holders_maybe_finished(*dev, &key);
+                        self.go_orphans_maybe_finished(&go_orphans);
                         let conf = self.conf_for_add(&op);
                         let vfio = DEVS[*dev].3 != DevKind::Netdev;
                         let e = self.model.atts.entry(key.clone()).or_insert(Att {
@@ -2213,6 +2235,16 @@ impl World {
                             .map(|a| a.key())
                             .collect();
                         let _ = other_holder;
+                        // A Go attachment a reboot ended whose cache file was still
+                        // there: finished by this ADD (its file removed).
+                        for h in &go_orphans {
+                            if let Some(c) = self.model.atts.get(h).and_then(|a| a.go) {
+                                self.go_del_effects(*dev, c);
+                            }
+                            if let Some(a) = self.model.atts.get_mut(h) {
+                                a.gocache_may = false;
+                            }
+                        }
                         for h in others {
                             // A Go holder's VF state was undone by this ADD first, as
                             // its DEL would have (upgrade::finish_dead).
@@ -2320,6 +2352,7 @@ impl World {
                             ));
                         }
                         self.holders_maybe_finished(*dev, &key);
+                        self.go_orphans_maybe_finished(&go_orphans);
                     }
                 }
                 Ok(())
@@ -2620,7 +2653,8 @@ impl World {
             // A Go cache file carries no boot ID: DEL of a Go attachment that a reboot
             // ended still finishes it as the Go plugin's DEL would (its VF free: no
             // newer attachment holds it), the netdev left down and the GUID restored.
-            if let Some(c) = a.go {
+            // Not when an ADD already finished it (its file gone: nothing left to do).
+            if let Some(c) = a.go.filter(|_| a.gocache_may) {
                 self.go_del_effects(a.dev, c);
             }
             return Ok(());
@@ -2664,6 +2698,19 @@ impl World {
     /// every earlier holder of the VF whose pod is gone, or that is a maybe, before it
     /// stopped (VF state undone, built-in IPAM released), so each of them becomes a maybe
     /// whose IPAM records may be gone. All of them, not only the first the model finds.
+    /// After an ADD that failed or was killed: each Go attachment a reboot ended on its
+    /// VF whose cache file was there ([`World::go_orphans_pre`]) may have been finished
+    /// before it stopped (VF state as the Go DEL leaves it, the file removed), so it
+    /// becomes a maybe.
+    fn go_orphans_maybe_finished(&mut self, orphans: &[(String, String)]) {
+        for h in orphans {
+            if let Some(a) = self.model.atts.get_mut(h) {
+                a.st = St::Maybe;
+                a.ipam_may = true;
+            }
+        }
+    }
+
     fn holders_maybe_finished(&mut self, dev: usize, key: &(String, String)) {
         let dead: Vec<(String, String)> = self
             .model
