@@ -81,14 +81,22 @@ fn move_in(cx: &mut Apply, j: &Journal, id: &NetdevId) -> Result<u32, StepFailur
         }
         Err(e) => return Err(e.into()),
     }
-    let pl = find_in_pod(pod_nl, id, None, &vf)?
-        .filter(|l| l.name == env.ifname)
-        .ok_or_else(|| {
-            CniError::host(format!(
-                "the netdev of VF {vf} is not {} in the pod after the move",
-                env.ifname
-            ))
-        })?;
+    // By the name it was given (free in the pod until this move), proved by identity;
+    // else every pod link searched for that identity.
+    let by_name = pod_nl
+        .link_by_name(&env.ifname)?
+        .filter(|l| same_device(l, id, &vf));
+    let pl = match by_name {
+        Some(l) => Some(l),
+        None => find_in_pod(pod_nl, id, None, &vf)?,
+    }
+    .filter(|l| l.name == env.ifname)
+    .ok_or_else(|| {
+        CniError::host(format!(
+            "the netdev of VF {vf} is not {} in the pod after the move",
+            env.ifname
+        ))
+    })?;
     pod_nl.set_up(pl.index)?;
     log::info!(
         "moved {} (VF {vf}) into {} as {} (ifindex {})",
@@ -129,6 +137,8 @@ pub(super) fn undo(
     pod: &PodNs,
 ) -> Result<(), CniError> {
     let vf = j.vf.to_string();
+    // The name the netdev was moved back under, when the move gave it `host_name`.
+    let mut moved_as = None;
     if let PodNs::Live(p) = pod {
         let pnl = p.nl()?;
         if let Some(l) = find_in_pod(pnl, id, pod_ifindex, &vf)? {
@@ -136,7 +146,7 @@ pub(super) fn undo(
                 pnl.set_down(l.index)?;
             }
             match pnl.move_to_netns_named(l.index, host.ns.fd(), host_name) {
-                Ok(()) => {}
+                Ok(()) => moved_as = Some(host_name),
                 Err(e) if e.errno == EEXIST => {
                     // Either nothing moved (its pod name and the original name are both
                     // taken in the host), or it moved under its pod name and the rename
@@ -156,6 +166,13 @@ pub(super) fn undo(
                 Err(e) => return Err(e.into()),
             }
             log::info!("moved {} (VF {vf}) back to the host", l.name);
+        }
+    }
+    // Just moved back as `host_name`: found by that name, proved by identity (a udev
+    // rename since, or another link given the name, falls to the full lookup).
+    if let Some(n) = moved_as {
+        if let Some(l) = host.nl.link_by_name(n)?.filter(|l| same_device(l, id, &vf)) {
+            return fix_name_and_state(host, j.vf, &l, host_name, host_up);
         }
     }
     let wait = match pod {
