@@ -246,6 +246,18 @@ pub struct Journal {
     /// earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+    /// The VF's port GUID for this attachment, as ADD planned it: the GUID it sets, else
+    /// the one the VF kept (`aa:bb:...`); what a subnet manager's partition must list.
+    /// Informational (undo uses the GUID step's originals). Absent when unreadable, in
+    /// vfio mode without a GUID, and in journals of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guid: Option<crate::types::Guid>,
+    /// The PF's port GUID at ADD, from its IPoIB netdev's hardware address (bytes 12..20
+    /// of the 20-byte address, include/linux/if_infiniband.h `INFINIBAND_ALEN`): the PF
+    /// GUID an SM policy names (ib-sriov-cni #206). Informational. Absent when the PF has
+    /// no IPoIB netdev in the host, and in journals of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf_port_guid: Option<crate::types::Guid>,
 }
 
 /// A Kubernetes pod as CNI_ARGS name it (keys `K8S_POD_NAMESPACE`, `K8S_POD_NAME`,
@@ -875,6 +887,8 @@ mod tests {
             boot_id: None,
             rdma_devices: Vec::new(),
             pod: None,
+            guid: None,
+            pf_port_guid: None,
         }
     }
 

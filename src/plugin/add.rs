@@ -179,6 +179,10 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         Some(n) => host.nl.link_by_name(n)?,
         None => None,
     };
+    // From the PF link already read: no extra read on ADD's path.
+    let pf_port_guid = pf_link
+        .as_ref()
+        .and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
     let view = PfView {
         nl: &host.nl,
         sysfs: &ctx.sysfs,
@@ -313,6 +317,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             dev.rdma_devices.clone()
         },
         pod: crate::journal::PodRef::from_args(&env.args),
+        guid: pod_guid,
+        pf_port_guid,
     };
 
     // 5. The holder link, then the plan, durable before the first change.
