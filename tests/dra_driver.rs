@@ -122,16 +122,9 @@ impl Dra {
 
     /// Runs the stand-in in the host netns as the driver's NRI hook would:
     /// `<cmd> <nad> <vf> <netns> <sandbox> <ifname> <pod namespace> <pod name> <uid>`.
-    fn run(
-        &self,
-        cmd: &str,
-        nad: &Path,
-        vf: u32,
-        netns: &str,
-        sandbox: &str,
-        ifname: &str,
-        env: &[(&str, &str)],
-    ) -> Out {
+    /// `at` is (VF index, netns path, sandbox ID, ifname).
+    fn run(&self, cmd: &str, nad: &Path, at: (u32, &str, &str, &str), env: &[(&str, &str)]) -> Out {
+        let (vf, netns, sandbox, ifname) = at;
         let prog = dra_standin().to_str().unwrap();
         let cni_path = common::lab::bin().parent().unwrap().to_str().unwrap();
         let root = self.lab.host.root().to_str().unwrap();
@@ -283,10 +276,10 @@ fn add_del_del_with_the_vfs_own_guid_two_claimed_vfs() {
     let net = DRIVER_NAME;
 
     let a0 = dra
-        .run("add", &nad, 0, pod.netns(), sandbox, "net1", &[])
+        .run("add", &nad, (0, pod.netns(), sandbox, "net1"), &[])
         .json();
     let a1 = dra
-        .run("add", &nad, 1, pod.netns(), sandbox, "vfnet0", &[])
+        .run("add", &nad, (1, pod.netns(), sandbox, "vfnet0"), &[])
         .json();
     check_network_device_data(&dra, "VF 0 as net1", &a0, &pod, "net1", net);
     check_network_device_data(&dra, "VF 1 as vfnet0", &a1, &pod, "vfnet0", net);
@@ -306,14 +299,14 @@ fn add_del_del_with_the_vfs_own_guid_two_claimed_vfs() {
 
     for ifname in ["net1", "vfnet0"] {
         let vf = if ifname == "net1" { 0 } else { 1 };
-        dra.run("del", &nad, vf, pod.netns(), sandbox, ifname, &[])
+        dra.run("del", &nad, (vf, pod.netns(), sandbox, ifname), &[])
             .ok();
         assert!(!dra.cache_entry(net, sandbox, ifname).exists());
     }
     assert_eq!(dra.lab.host.snapshot(), before);
     assert_eq!(pod.links(), vec!["lo"]);
     assert!(dra.lab.journals().is_empty() && dra.allocations(net).is_empty());
-    dra.run("del", &nad, 0, pod.netns(), sandbox, "net1", &[])
+    dra.run("del", &nad, (0, pod.netns(), sandbox, "net1"), &[])
         .ok();
     assert_eq!(dra.lab.host.snapshot(), before);
 }
@@ -329,7 +322,7 @@ fn del_after_the_pod_netns_died() {
     let pod = dra.lab.host.new_pod();
     let nad = dra.nad(json!({}));
     let a = dra
-        .run("add", &nad, 0, pod.netns(), "sb-dead", "net1", &[])
+        .run("add", &nad, (0, pod.netns(), "sb-dead", "net1"), &[])
         .json();
     check_network_device_data(&dra, "netns-died ADD", &a, &pod, "net1", "ibnet");
     let netns = pod.netns().to_string();
@@ -338,10 +331,12 @@ fn del_after_the_pod_netns_died() {
         .host
         .return_destroyed_vf_netdev(0, "net1", &before)
         .unwrap();
-    dra.run("del", &nad, 0, &netns, "sb-dead", "net1", &[]).ok();
+    dra.run("del", &nad, (0, &netns, "sb-dead", "net1"), &[])
+        .ok();
     assert!(dra.lab.journals().is_empty() && dra.allocations("ibnet").is_empty());
     dra.lab.host.sync_netdevs().unwrap();
-    dra.run("del", &nad, 0, &netns, "sb-dead", "net1", &[]).ok();
+    dra.run("del", &nad, (0, &netns, "sb-dead", "net1"), &[])
+        .ok();
     assert_eq!(dra.lab.host.snapshot(), before);
 }
 
@@ -359,7 +354,7 @@ fn del_after_a_reboot() {
     let pod = dra.lab.host.new_pod();
     let nad = dra.nad(json!({}));
     let a = dra
-        .run("add", &nad, 0, pod.netns(), "sb-boot", "net1", &[])
+        .run("add", &nad, (0, pod.netns(), "sb-boot", "net1"), &[])
         .json();
     check_network_device_data(&dra, "reboot ADD", &a, &pod, "net1", "ibnet");
     let netns = pod.netns().to_string();
@@ -376,13 +371,13 @@ fn del_after_a_reboot() {
         "0badb007-0000-4000-8000-000000000041",
     )];
     let d = dra
-        .run("del", &nad, 0, &netns, "sb-boot", "net1", &boot)
+        .run("del", &nad, (0, &netns, "sb-boot", "net1"), &boot)
         .ok();
     assert!(d.stderr.contains("written in another boot"), "{}", d.stderr);
     assert!(dra.lab.journals().is_empty() && dra.allocations("ibnet").is_empty());
     assert!(!dra.cache_entry("ibnet", "sb-boot", "net1").exists());
     assert_eq!(dra.lab.host.snapshot(), rebooted, "the VF is left as it is");
-    dra.run("del", &nad, 0, &netns, "sb-boot", "net1", &boot)
+    dra.run("del", &nad, (0, &netns, "sb-boot", "net1"), &boot)
         .ok();
     assert_eq!(dra.lab.host.snapshot(), rebooted);
 }
@@ -412,25 +407,25 @@ fn guid_from_the_operators_guid_file_and_derived() {
     assert_eq!(dra.guids(1), (ZERO.into(), ZERO.into()));
     let nad = dra.nad(json!({"guidFile": file}));
     let a = dra
-        .run("add", &nad, 1, pod.netns(), "sb-file", "net1", &[])
+        .run("add", &nad, (1, pod.netns(), "sb-file", "net1"), &[])
         .json();
     check_network_device_data(&dra, "guidFile", &a, &pod, "net1", "ibnet");
     let g = "02:00:00:00:00:00:41:01";
     assert_eq!(dra.guids(1), (g.into(), g.into()));
     check_journal_pod(&dra.journal("sb-file", "net1"));
-    dra.run("del", &nad, 1, pod.netns(), "sb-file", "net1", &[])
+    dra.run("del", &nad, (1, pod.netns(), "sb-file", "net1"), &[])
         .ok();
     assert_eq!(dra.guids(1), (g.into(), g.into()), "DEL keeps it");
 
     // deriveGuid, no file entry: VF 2 gets the GUID derived from the PF port GUID.
     let nad = dra.nad(json!({"deriveGuid": true, "guidFile": dra.lab.host.root().join("none")}));
     let a = dra
-        .run("add", &nad, 2, pod.netns(), "sb-derive", "net1", &[])
+        .run("add", &nad, (2, pod.netns(), "sb-derive", "net1"), &[])
         .json();
     check_network_device_data(&dra, "deriveGuid", &a, &pod, "net1", "ibnet");
     let d = common::guid::derived_guid(PF_PORT_GUID, 2);
     assert_eq!(dra.guids(2), (d.clone(), d.clone()));
-    dra.run("del", &nad, 2, pod.netns(), "sb-derive", "net1", &[])
+    dra.run("del", &nad, (2, pod.netns(), "sb-derive", "net1"), &[])
         .ok();
     assert_eq!(dra.guids(2), (d.clone(), d));
     assert!(dra.lab.journals().is_empty() && dra.allocations("ibnet").is_empty());
@@ -438,7 +433,7 @@ fn guid_from_the_operators_guid_file_and_derived() {
     // Neither: code 7 naming both ways out, through libcni; nothing changed.
     let before = dra.lab.host.snapshot();
     let nad = dra.nad(json!({"guidFile": dra.lab.host.root().join("none")}));
-    let e = dra.run("add", &nad, 0, pod.netns(), "sb-none", "net1", &[]);
+    let e = dra.run("add", &nad, (0, pod.netns(), "sb-none", "net1"), &[]);
     assert!(!e.ok);
     assert!(
         e.stderr.contains(r#"cni-error: {"code":7,"#)

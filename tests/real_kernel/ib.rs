@@ -21,6 +21,16 @@ mod big_pf;
 #[path = "rdma_chain.rs"]
 mod rdma_chain;
 
+/// Partition readiness (`pkeyWaitMs`) with ibvf's test-only pkey table written by a
+/// "subnet manager" thread.
+#[path = "pkey.rs"]
+mod pkey;
+
+/// ib-sriov as dra-driver-sriov calls it (tests/libcni/dra-standin), with
+/// `rdmaIsolation: true`.
+#[path = "dra.rs"]
+mod dra;
+
 /// `IBVF_GUID_BASE` of tests/kmod/ibvf.c: VF `n` comes up with node = port GUID base + n.
 const GUID_BASE: u64 = 0x506b_4b03_00a1_0000;
 const PF_NETDEV: &str = "ibpf0";
