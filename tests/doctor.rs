@@ -751,6 +751,18 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         ),
         ("pkey with base key 0", with(&[("pkey", json!("0x8000"))])),
         (
+            "pkeyWaitMs without pkey",
+            with(&[("pkeyWaitMs", json!(500))]),
+        ),
+        (
+            "pkeyWaitMs past its bound",
+            with(&[("pkey", json!("0x8002")), ("pkeyWaitMs", json!(60_001))]),
+        ),
+        (
+            "pkeyWaitMs with the pkey in the VF's pkey table",
+            with(&[("pkey", json!("0x8002")), ("pkeyWaitMs", json!(500))]),
+        ),
+        (
             "top-level rangeStart without a top-level subnet",
             with(&[(
                 "ipam",

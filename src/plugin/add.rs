@@ -33,16 +33,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     if let Some(p) = &conf.device_info_file {
         check_device_info_path(p)?;
     }
-    if let Some(w) = conf.pkey_wait {
-        if vfio || is_pf || dev.rdma_devices.is_empty() {
-            return Err(CniError::config(format!(
-                "pkeyWaitMs {} needs the pkey table of {vf_addr}'s RDMA port ({}/infiniband/<dev>/ports/1/pkeys), and {vf_addr} has none ({}): drop pkeyWaitMs for this network",
-                w.as_millis(),
-                ctx.sysfs.pci_device_dir(vf_addr).display(),
-                if vfio { "vfio mode" } else if is_pf { "a PF passed through" } else { "no RDMA device" }
-            )));
-        }
-    }
+    check_pkey_wait(&ctx.sysfs, conf, &dev, is_pf, vfio)?;
     let rdma_dev = super::rdma::plan(ctx, &dev, vfio)?;
     for w in device_warnings(conf, &dev, is_pf, vfio) {
         log::warn!("{w}");
@@ -496,6 +487,41 @@ fn fallback_guid(
         f.origin
     );
     Ok(Some(f))
+}
+
+/// Before any change (also what `ib-sriov doctor --conf` checks): `pkeyWaitMs` needs
+/// a pkey table to wait on, the one of port 1 of the VF's RDMA device
+/// (`<VF>/infiniband/<dev>/ports/1/pkeys`). `dev`, `is_pf`, `vfio` as
+/// [`device_and_mode`] gives them.
+///
+/// Errors: code 7 with `pkeyWaitMs` set on a device in vfio mode, a PF passed through,
+/// or a VF without an RDMA device.
+pub fn check_pkey_wait(
+    sysfs: &crate::sysfs::Sysfs,
+    conf: &crate::config::NetConf,
+    dev: &crate::sysfs::VfDevice,
+    is_pf: bool,
+    vfio: bool,
+) -> Result<(), CniError> {
+    let Some(w) = conf.pkey_wait else {
+        return Ok(());
+    };
+    if !(vfio || is_pf || dev.rdma_devices.is_empty()) {
+        return Ok(());
+    }
+    let addr = dev.addr;
+    Err(CniError::config(format!(
+        "pkeyWaitMs {} needs the pkey table of {addr}'s RDMA port ({}/infiniband/<dev>/ports/1/pkeys), and {addr} has none ({}): drop pkeyWaitMs for this network",
+        w.as_millis(),
+        sysfs.pci_device_dir(addr).display(),
+        if vfio {
+            "vfio mode"
+        } else if is_pf {
+            "a PF passed through"
+        } else {
+            "no RDMA device"
+        }
+    )))
 }
 
 /// How often [`wait_for_pkey`] reads the pkey table again.
