@@ -445,3 +445,45 @@ fn guid_from_the_operators_guid_file_and_derived() {
     assert_eq!(dra.lab.host.snapshot(), before);
     assert!(dra.lab.journals().is_empty() && dra.allocations("ibnet").is_empty());
 }
+
+/// What does not work under the driver, as docs/dra.md says: a conflist NAD (the driver
+/// loads one plugin; libcni refuses a configuration without `type`), and
+/// `ibKubernetesEnabled` (the driver sends no runtimeConfig and no args.cni, so ADD
+/// answers code 11 for ib-kubernetes' GUID that never comes). Nothing changes.
+#[test]
+fn a_conflist_nad_and_ib_kubernetes_do_not_work_under_the_driver() {
+    let dra = Dra::new(EmuOptions::default());
+    let before = dra.lab.host.snapshot();
+    let pod = dra.lab.host.new_pod();
+
+    let plugin =
+        serde_json::from_slice::<Value>(&std::fs::read(dra.nad(json!({}))).unwrap()).unwrap();
+    let list = dra.scratch.path().join("nad-conflist.json");
+    std::fs::write(
+        &list,
+        json!({"cniVersion": "1.0.0", "name": "ibnet", "plugins": [plugin, {"type": "rdma"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let e = dra.run("add", &list, (0, pod.netns(), "sb-list", "net1"), &[]);
+    assert!(!e.ok, "{}", e.stdout);
+    assert!(
+        e.stderr.contains("loading the plugin configuration"),
+        "{}",
+        e.stderr
+    );
+
+    let nad = dra.nad(json!({"ibKubernetesEnabled": true}));
+    let e = dra.run("add", &nad, (0, pod.netns(), "sb-ibk", "net1"), &[]);
+    assert!(!e.ok, "{}", e.stdout);
+    assert!(
+        e.stderr.contains(r#"cni-error: {"code":11,"#),
+        "{}",
+        e.stderr
+    );
+    dra.run("del", &nad, (0, pod.netns(), "sb-ibk", "net1"), &[])
+        .ok();
+    assert_eq!(dra.lab.host.snapshot(), before);
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert!(dra.lab.journals().is_empty() && dra.allocations("ibnet").is_empty());
+}
