@@ -913,6 +913,36 @@ mod tests {
     }
 
     #[test]
+    fn pkey_wait_ms() {
+        let mut v = base();
+        v["pkey"] = json!("0x8001");
+        assert_eq!(parse(v.clone()).unwrap().pkey_wait, None);
+        for ms in [1u64, 1500, MAX_PKEY_WAIT_MS] {
+            v["pkeyWaitMs"] = json!(ms);
+            let c = parse(v.clone()).unwrap();
+            assert_eq!(c.pkey_wait, Some(std::time::Duration::from_millis(ms)));
+            assert!(c.warnings.is_empty(), "a known key: {:?}", c.warnings);
+        }
+        v["pkeyWaitMs"] = Value::Null;
+        assert_eq!(parse(v.clone()).unwrap().pkey_wait, None);
+        for bad in [
+            json!(0),
+            json!(MAX_PKEY_WAIT_MS + 1),
+            json!("500"),
+            json!(1.5),
+        ] {
+            v["pkeyWaitMs"] = bad.clone();
+            let e = parse(v.clone()).unwrap_err();
+            assert_eq!(e.code, 7, "{bad}");
+            assert!(e.msg.contains("pkeyWaitMs must be an integer"), "{}", e.msg);
+        }
+        let mut v = base();
+        v["pkeyWaitMs"] = json!(500);
+        let e = parse(v).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("needs pkey"), "{}", e.msg);
+    }
+
+    #[test]
     fn ipam_without_a_type_is_no_ipam() {
         for ipam in [
             json!({}),
