@@ -915,6 +915,34 @@ mod tests {
         assert!(s.load("c1", "net1").unwrap().is_some());
     }
 
+    /// The attachment's GUID and the PF port GUID are saved and read back as
+    /// `guid`/`pfPortGuid`; a journal of an earlier version, without them, still reads
+    /// (both `None`) and is written without them.
+    #[test]
+    fn guid_and_pf_port_guid_round_trip_and_are_optional() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        let mut j = sample("c1", "0000:af:00.2");
+        j.guid = Some("02:00:00:00:00:00:41:01".parse().unwrap());
+        j.pf_port_guid = Some("0c:42:a1:03:00:b1:c2:d2".parse().unwrap());
+        s.save(&j).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("c1:net1")).unwrap()).unwrap();
+        assert_eq!(v["guid"], "02:00:00:00:00:00:41:01");
+        assert_eq!(v["pfPortGuid"], "0c:42:a1:03:00:b1:c2:d2");
+        assert_eq!(s.load("c1", "net1").unwrap().unwrap(), j);
+        let old = sample("c2", "0000:af:00.3");
+        s.save(&old).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("c2:net1")).unwrap()).unwrap();
+        assert!(
+            v.get("guid").is_none() && v.get("pfPortGuid").is_none(),
+            "{v}"
+        );
+        let back = s.load("c2", "net1").unwrap().unwrap();
+        assert_eq!((back.guid, back.pf_port_guid), (None, None));
+    }
+
     #[test]
     fn save_load_list_remove_and_holders() {
         let d = tempfile::tempdir().unwrap();
