@@ -143,7 +143,7 @@ if [[ "${1:-}" == --guest ]]; then
     export LAB_PF="$pf" LAB_PF_NETDEV="$pf_netdev" LAB_VF_DRIVER="$vf_driver"
     LAB_VFS="$(IFS=,; echo "${vfs[*]}")" LAB_VF_NETDEVS="$(IFS=,; echo "${vf_netdevs[*]}")"
     export LAB_VFS LAB_VF_NETDEVS
-    export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_RDMA_STANDIN="$out/rdma-standin"
+    export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_RDMA_STANDIN="$out/rdma-standin" LAB_DRA_STANDIN="$out/dra-standin"
     export LAB_PLUGIN_BIN="${testbin%/*}/ib-sriov" RUST_BACKTRACE=1
     ip -d link show
     ls -l "$pfdir"/ "$pfdir"/virtfn*/
@@ -206,6 +206,10 @@ if [[ "${1:-}" == --guest ]]; then
     }
     restore_ibvf() {
         echo 0 >/sys/module/ibvf/parameters/no_refund || true
+        # The test-only pkey tables (tests/real_kernel/pkey.rs): back to 0xffff only.
+        for ((i = 0; i < NUM_VFS; i++)); do
+            for e in 1 2 3; do echo "$i $e 0" >/sys/module/ibvf/parameters/set_pkey || true; done
+        done
         echo "---- kernel log of $1"
         dmesg -c | grep -v 'audit:' || true
         udevadm settle --timeout=120 || true
@@ -471,6 +475,13 @@ tests/libcni/build.sh "$out/libcni-driver" 2>>"$out/build.log" || {
 tests/libcni/build.sh "$out/rdma-standin" ./rdma-standin 2>>"$out/build.log" || {
     cat "$out/build.log" >&2
     echo "kernel-lab: building the rdma-cni stand-in failed" >&2
+    exit 1
+}
+# The test-only stand-in of dra-driver-sriov's CNI calls (tests/libcni/dra-standin), for
+# the DRA case of tests/real_kernel/dra.rs.
+tests/libcni/build.sh "$out/dra-standin" ./dra-standin 2>>"$out/build.log" || {
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building the dra-driver-sriov stand-in failed" >&2
     exit 1
 }
 # The test-only module, built against the guest kernel's headers in the run directory

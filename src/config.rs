@@ -29,6 +29,11 @@ pub const LEGACY_STATE_DIR: &str = "/var/lib/cni/ib-sriov";
 /// Default bound on waiting for a lock, in milliseconds.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 20_000;
 
+/// The largest `pkeyWaitMs`, in milliseconds (60 s): the wait is one of ADD's forward
+/// waits, which end within `crate::plugin::add_forward_deadline` (150 s after ADD
+/// starts), and the kubelet's RunPodSandbox retries an ADD that answered code 11.
+pub const MAX_PKEY_WAIT_MS: u64 = 60_000;
+
 /// The `args.cni` key ib-kubernetes sets once it has configured the pod's GUID/pkey.
 pub const IB_K8S_APP_KEY: &str = "mellanox.infiniband.app";
 
@@ -80,6 +85,8 @@ struct RawConf {
     prev_result: Option<Value>,
     #[serde(rename = "lockTimeoutMs")]
     lock_timeout_ms: Option<Value>,
+    #[serde(rename = "pkeyWaitMs")]
+    pkey_wait_ms: Option<Value>,
     #[serde(rename = "guidFile")]
     guid_file: Option<Value>,
     #[serde(rename = "deriveGuid")]
@@ -111,6 +118,13 @@ pub struct NetConf {
     /// `pkey` (e.g. `"0x8001"`): recorded and checked against the VF's pkey table;
     /// ib-kubernetes programs it through the subnet manager.
     pub pkey: Option<u16>,
+    /// `pkeyWaitMs` (opt-in partition readiness): how long ADD waits, after setting the
+    /// VF's GUID and before moving anything into the pod, until [`NetConf::pkey`] (all 16
+    /// bits: full membership `0x8000|key` or limited `key`, as written) is in the VF
+    /// port's pkey table (`<VF>/infiniband/<dev>/ports/1/pkeys/<i>`); past it ADD fails
+    /// with code 11 and rolls back. 1 to [`MAX_PKEY_WAIT_MS`] ms; requires `pkey`.
+    /// `None`: no wait (a warning when the pkey is not in the table).
+    pub pkey_wait: Option<std::time::Duration>,
     /// `link_state`: `auto|enable|disable`; `None` leaves the VF's link state alone.
     pub link_state: Option<LinkState>,
     /// `rdmaIsolation`: `Some(true)` requires exclusive RDMA netns mode and moves the
@@ -183,6 +197,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "stateDir",
     "prevResult",
     "lockTimeoutMs",
+    "pkeyWaitMs",
     "guidFile",
     "deriveGuid",
     "goCacheDir",
@@ -614,8 +629,27 @@ impl NetConf {
                 }
             },
         };
+        let pkey_wait = match &rc.pkey_wait_ms {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(ms) if (1..=MAX_PKEY_WAIT_MS).contains(&ms) => {
+                    if pkey.is_none() {
+                        return Err(CniError::config(format!(
+                            "pkeyWaitMs {ms} needs pkey: it waits for that partition key in the VF's pkey table"
+                        )));
+                    }
+                    Some(std::time::Duration::from_millis(ms))
+                }
+                _ => {
+                    return Err(CniError::config(format!(
+                        "pkeyWaitMs must be an integer from 1 to {MAX_PKEY_WAIT_MS}, got {v}"
+                    )))
+                }
+            },
+        };
         warnings.extend(unknown_keys(&raw));
         Ok(NetConf {
+            pkey_wait,
             lock_timeout: std::time::Duration::from_millis(lock_timeout),
             cni_version,
             name,
@@ -876,6 +910,36 @@ mod tests {
             let e = parse(v).unwrap_err();
             assert_eq!(e.code, 7, "{k}={bad}");
         }
+    }
+
+    #[test]
+    fn pkey_wait_ms() {
+        let mut v = base();
+        v["pkey"] = json!("0x8001");
+        assert_eq!(parse(v.clone()).unwrap().pkey_wait, None);
+        for ms in [1u64, 1500, MAX_PKEY_WAIT_MS] {
+            v["pkeyWaitMs"] = json!(ms);
+            let c = parse(v.clone()).unwrap();
+            assert_eq!(c.pkey_wait, Some(std::time::Duration::from_millis(ms)));
+            assert!(c.warnings.is_empty(), "a known key: {:?}", c.warnings);
+        }
+        v["pkeyWaitMs"] = Value::Null;
+        assert_eq!(parse(v.clone()).unwrap().pkey_wait, None);
+        for bad in [
+            json!(0),
+            json!(MAX_PKEY_WAIT_MS + 1),
+            json!("500"),
+            json!(1.5),
+        ] {
+            v["pkeyWaitMs"] = bad.clone();
+            let e = parse(v.clone()).unwrap_err();
+            assert_eq!(e.code, 7, "{bad}");
+            assert!(e.msg.contains("pkeyWaitMs must be an integer"), "{}", e.msg);
+        }
+        let mut v = base();
+        v["pkeyWaitMs"] = json!(500);
+        let e = parse(v).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("needs pkey"), "{}", e.msg);
     }
 
     #[test]

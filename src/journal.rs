@@ -246,6 +246,18 @@ pub struct Journal {
     /// earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+    /// The VF's port GUID for this attachment, as ADD planned it: the GUID it sets, else
+    /// the one the VF kept (`aa:bb:...`); what a subnet manager's partition must list.
+    /// Informational (undo uses the GUID step's originals). Absent when unreadable, in
+    /// vfio mode without a GUID, and in journals of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guid: Option<crate::types::Guid>,
+    /// The PF's port GUID at ADD, from its IPoIB netdev's hardware address (bytes 12..20
+    /// of the 20-byte address, include/linux/if_infiniband.h `INFINIBAND_ALEN`): the PF
+    /// GUID an SM policy names (ib-sriov-cni #206). Informational. Absent when the PF has
+    /// no IPoIB netdev in the host, and in journals of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf_port_guid: Option<crate::types::Guid>,
 }
 
 /// A Kubernetes pod as CNI_ARGS name it (keys `K8S_POD_NAMESPACE`, `K8S_POD_NAME`,
@@ -877,6 +889,8 @@ mod tests {
             boot_id: None,
             rdma_devices: Vec::new(),
             pod: None,
+            guid: None,
+            pf_port_guid: None,
         }
     }
 
@@ -901,6 +915,34 @@ mod tests {
         assert_eq!(s.sweep_temps(std::time::Duration::from_secs(600)), 1);
         assert!(!old.exists() && fresh.exists());
         assert!(s.load("c1", "net1").unwrap().is_some());
+    }
+
+    /// The attachment's GUID and the PF port GUID are saved and read back as
+    /// `guid`/`pfPortGuid`; a journal of an earlier version, without them, still reads
+    /// (both `None`) and is written without them.
+    #[test]
+    fn guid_and_pf_port_guid_round_trip_and_are_optional() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path());
+        let mut j = sample("c1", "0000:af:00.2");
+        j.guid = Some("02:00:00:00:00:00:41:01".parse().unwrap());
+        j.pf_port_guid = Some("0c:42:a1:03:00:b1:c2:d2".parse().unwrap());
+        s.save(&j).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("c1:net1")).unwrap()).unwrap();
+        assert_eq!(v["guid"], "02:00:00:00:00:00:41:01");
+        assert_eq!(v["pfPortGuid"], "0c:42:a1:03:00:b1:c2:d2");
+        assert_eq!(s.load("c1", "net1").unwrap().unwrap(), j);
+        let old = sample("c2", "0000:af:00.3");
+        s.save(&old).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("c2:net1")).unwrap()).unwrap();
+        assert!(
+            v.get("guid").is_none() && v.get("pfPortGuid").is_none(),
+            "{v}"
+        );
+        let back = s.load("c2", "net1").unwrap().unwrap();
+        assert_eq!((back.guid, back.pf_port_guid), (None, None));
     }
 
     #[test]

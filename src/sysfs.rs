@@ -455,6 +455,24 @@ impl Sysfs {
         list_dir(&dir).map_err(|e| with_path(&dir, e))
     }
 
+    /// The pkey table of port 1 of the VF's (first) RDMA device, read now:
+    /// `<root>/bus/pci/devices/<addr>/infiniband/<dev>/ports/1/pkeys/<i>` ("0xffff", the
+    /// kernel's `show_port_pkey`, Documentation/ABI/stable/sysfs-class-infiniband), in
+    /// numeric order of `i`, with the device's name; `None` when the VF has no RDMA
+    /// device. Errors: the device directory missing, an unreadable or malformed entry.
+    pub fn pkeys(&self, addr: PciAddress) -> Result<Option<(String, Vec<u16>)>, DiscoveryError> {
+        let ib_dir = self.existing_device_dir(addr)?.join("infiniband");
+        let devs = list_dir(&ib_dir).map_err(|source| DiscoveryError::Io {
+            path: ib_dir.clone(),
+            source,
+        })?;
+        let Some(dev) = devs.into_iter().next() else {
+            return Ok(None);
+        };
+        let table = read_pkeys(&ib_dir.join(&dev).join("ports/1/pkeys"))?;
+        Ok(Some((dev, table)))
+    }
+
     /// Driver name: basename of the `<root>/bus/pci/devices/<addr>/driver` link target;
     /// `None` when the device is bound to no driver. Fails with `NotFound` when the PCI
     /// device does not exist.

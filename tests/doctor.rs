@@ -310,6 +310,92 @@ fn doctor_on_a_node_with_attachments() {
         .expect_ok();
 }
 
+/// The per-attachment view (docs/operations.md "Diagnosing a node"): for each attachment
+/// of ours, the pod CNI_ARGS named (namespace/name, uid), the network, the VF, its GUID,
+/// the PF's port GUID, the pkey and whether the VF's pkey table has it, the RDMA device;
+/// and each VF's pkey table. Three attachments: a pod with a GUID set and a pkey in the
+/// table (VF 0 has 0x8001), a pod whose pkey is not in it (VF 1), and one without pod
+/// args and pkey (cnitool-like, VF 2). The journal records the same facts.
+#[test]
+fn doctor_per_attachment_view() {
+    let lab = Lab::default();
+    let h = HostRoot::new(&lab);
+    let pod = lab.host.new_pod();
+    let args = |ns: &str, name: &str, uid: &str| {
+        format!("IgnoreUnknown=true;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID=sb;K8S_POD_UID={uid}")
+    };
+    let mut c0 = lab.conf("1.0.0", 0);
+    c0["pkey"] = json!("0x8001");
+    c0["runtimeConfig"] = json!({"infinibandGUID": "02:00:00:00:00:00:41:00"});
+    let a0 = args("team-a", "trainer-0", "uid-0");
+    lab.run("ADD", "sb0", pod.netns(), &c0, &[("CNI_ARGS", a0.as_str())])
+        .expect_ok();
+    let mut c1 = lab.conf("1.0.0", 1);
+    c1["pkey"] = json!("0x8005");
+    let a1 = args("team-a", "trainer-1", "uid-1");
+    let pod1 = lab.host.new_pod();
+    lab.run(
+        "ADD",
+        "sb1",
+        pod1.netns(),
+        &c1,
+        &[("CNI_ARGS", a1.as_str())],
+    )
+    .expect_ok();
+    let pod2 = lab.host.new_pod();
+    lab.add("plain", &pod2, &lab.conf("1.0.0", 2)).expect_ok();
+
+    let j0: Value =
+        serde_json::from_slice(&std::fs::read(lab.state.join("sb0:net1")).unwrap()).unwrap();
+    assert_eq!(
+        j0["pod"],
+        json!({"namespace": "team-a", "name": "trainer-0", "uid": "uid-0"})
+    );
+    assert_eq!(j0["guid"], "02:00:00:00:00:00:41:00");
+    assert_eq!(j0["conf"]["pkey"], "0x8001");
+    assert_eq!(j0["network"], "ibnet");
+
+    let before = (lab.host.snapshot(), lab.journals());
+    let (j, rc) = check_golden(&lab, &h, "per-attachment");
+    assert_eq!(rc, 0);
+    assert_eq!((lab.host.snapshot(), lab.journals()), before, "read-only");
+    let a = j["attachments"].as_array().unwrap();
+    assert_eq!(a.len(), 3, "{a:?}");
+    let by = |att: &str| a.iter().find(|x| x["attachment"] == att).unwrap().clone();
+    let x0 = by("sb0/net1");
+    assert_eq!(x0["pod"], "team-a/trainer-0");
+    assert_eq!(x0["podUid"], "uid-0");
+    assert_eq!(x0["vf"], lab.host.vf(0).addr);
+    assert_eq!(x0["guid"], "02:00:00:00:00:00:41:00");
+    assert_eq!(x0["pfPortGuid"], common::emuhost::PF_PORT_GUID);
+    assert_eq!(x0["pkey"], "0x8001");
+    assert_eq!(x0["pkeyInTable"], true);
+    assert_eq!(x0["rdmaDevice"], lab.host.vf(0).rdma.clone().unwrap());
+    let x1 = by("sb1/net1");
+    assert_eq!(x1["pkey"], "0x8005");
+    assert_eq!(x1["pkeyInTable"], false);
+    assert_eq!(
+        x1["guid"],
+        lab.host.vf(1).port_guid.clone().unwrap(),
+        "kept"
+    );
+    let x2 = by("plain/net1");
+    assert!(x2["pod"].is_null() && x2["pkey"].is_null() && x2["pkeyInTable"].is_null());
+    assert_eq!(j["vfs"][0]["pkeys"], json!(["0xffff", "0x8001"]));
+    lab.run("DEL", "sb0", pod.netns(), &c0, &[("CNI_ARGS", a0.as_str())])
+        .expect_ok();
+    lab.run(
+        "DEL",
+        "sb1",
+        pod1.netns(),
+        &c1,
+        &[("CNI_ARGS", a1.as_str())],
+    )
+    .expect_ok();
+    lab.del("plain", pod2.netns(), &lab.conf("1.0.0", 2))
+        .expect_ok();
+}
+
 /// Every finding the emulated host can produce, at once: a VF held twice (our journal
 /// and a Go cache file), a journal naming a VF bound to vfio-pci while it attached a
 /// netdev, a zero GUID under ibKubernetesEnabled, duplicate GUIDs across two VFs, a
@@ -664,6 +750,18 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             with(&[("pkey", json!("0x8005"))]),
         ),
         ("pkey with base key 0", with(&[("pkey", json!("0x8000"))])),
+        (
+            "pkeyWaitMs without pkey",
+            with(&[("pkeyWaitMs", json!(500))]),
+        ),
+        (
+            "pkeyWaitMs past its bound",
+            with(&[("pkey", json!("0x8002")), ("pkeyWaitMs", json!(60_001))]),
+        ),
+        (
+            "pkeyWaitMs with the pkey in the VF's pkey table",
+            with(&[("pkey", json!("0x8002")), ("pkeyWaitMs", json!(500))]),
+        ),
         (
             "top-level rangeStart without a top-level subnet",
             with(&[(

@@ -243,6 +243,10 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                     .port_guid
                     .map(|(pg, _)| crate::vfguid::derived_guid(pg, index).to_string()),
                 holders: hs,
+                pkeys: match sysfs.pkeys(addr) {
+                    Ok(Some((_, t))) => t.iter().map(|p| format!("{p:#06x}")).collect(),
+                    _ => Vec::new(),
+                },
             });
         }
         report.pfs.push(pf);
@@ -255,6 +259,10 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         "none"
     }
     .into();
+    report.attachments = journals.iter().map(|j| attachment(j, &report)).collect();
+    report
+        .attachments
+        .sort_by(|a, b| (&a.vf, &a.attachment).cmp(&(&b.vf, &b.attachment)));
     report.ipam = ipam(paths, &journals, &mut notes);
     for j in &journals {
         let att = format!("{}/{}", j.container_id, j.ifname);
@@ -306,6 +314,58 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         }
     }
     (report, notes)
+}
+
+/// The per-attachment view of journal `j`, completed from the VFs and PFs of `r`.
+fn attachment(j: &Journal, r: &Report) -> super::report::Attachment {
+    let vf = r.vfs.iter().find(|v| v.pci == j.vf.to_string());
+    let pf = r.pfs.iter().find(|p| p.pci == j.pf.to_string());
+    let pkey = j.conf.get("pkey").and_then(|v| v.as_str()).and_then(|s| {
+        let h = s
+            .strip_prefix("0x")
+            .or_else(|| s.strip_prefix("0X"))
+            .unwrap_or(s);
+        u32::from_str_radix(h, 16)
+            .ok()
+            .and_then(|v| u16::try_from(v).ok())
+    });
+    let table: Vec<u16> = vf
+        .map(|v| {
+            v.pkeys
+                .iter()
+                .filter_map(|p| u16::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let pod = j.pod.as_ref();
+    super::report::Attachment {
+        pod: pod
+            .filter(|p| !p.namespace.is_empty() || !p.name.is_empty())
+            .map(|p| format!("{}/{}", p.namespace, p.name)),
+        pod_uid: pod.filter(|p| !p.uid.is_empty()).map(|p| p.uid.clone()),
+        attachment: format!("{}/{}", j.container_id, j.ifname),
+        network: j.network.clone(),
+        vf: j.vf.to_string(),
+        guid: j
+            .guid
+            .map(|g| g.to_string())
+            .or_else(|| vf.and_then(|v| v.port_guid.clone())),
+        pf_port_guid: j
+            .pf_port_guid
+            .map(|g| g.to_string())
+            .or_else(|| pf.and_then(|p| p.port_guid.clone())),
+        pkey: pkey.map(|p| format!("{p:#06x}")),
+        pkey_in_table: pkey
+            .filter(|_| !table.is_empty())
+            .map(|p| table.contains(&p)),
+        rdma_device: if j.vfio {
+            None
+        } else {
+            j.rdma_device()
+                .map(str::to_string)
+                .or_else(|| vf.and_then(|v| v.rdma_devices.first().cloned()))
+        },
+    }
 }
 
 /// Kernel version, boot ID, modules, RDMA netns mode.

@@ -394,6 +394,7 @@ mod tests {
             file_entry: None,
             file_error: None,
             derived_guid: None,
+            pkeys: Vec::new(),
             holders: vec![Holder {
                 source: "journal".into(),
                 container_id: "c".into(),

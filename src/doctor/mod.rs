@@ -451,6 +451,7 @@ fn device_checks(
     let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
     let (dev, is_pf, vfio) = crate::plugin::device_and_mode(&sysfs, conf, addr)?;
     warnings.extend(crate::plugin::device_warnings(conf, &dev, is_pf, vfio));
+    crate::plugin::check_pkey_wait(&sysfs, conf, &dev, is_pf, vfio)?;
     crate::plugin::rdma::plan_for(conf.rdma_isolation, &*rdma_provider(), &sysfs, &dev, vfio)?;
     let is_vf = dev.pf != dev.addr;
     let cur = vf_guids.get(&addr.to_string()).copied().flatten();

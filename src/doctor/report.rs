@@ -23,6 +23,9 @@ pub struct Report {
     pub pfs: Vec<Pf>,
     /// Their VFs, by PF then VF index.
     pub vfs: Vec<Vf>,
+    /// The attachments of ours (one per journal), with the InfiniBand facts an admin
+    /// puts into partitions and subnet-manager policies, by VF then attachment.
+    pub attachments: Vec<Attachment>,
     /// Where holders of VFs were looked for: the stateDirs (the default, each
     /// `--state-dir`, each one a CNI configuration names), the Go cache dir, and the
     /// directories searched for configurations and runtime records
@@ -160,6 +163,40 @@ pub struct Vf {
     pub derived_guid: Option<String>,
     /// Who holds it.
     pub holders: Vec<Holder>,
+    /// The pkey table of port 1 of its RDMA device in this netns
+    /// (`<VF>/infiniband/<dev>/ports/1/pkeys/<i>`, in index order, `0x....`); empty
+    /// without an RDMA device here or when unreadable.
+    pub pkeys: Vec<String>,
+}
+
+/// One attachment of ours, from its journal (docs/operations.md "Diagnosing a node").
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// The pod as CNI_ARGS named it at ADD: `K8S_POD_NAMESPACE/K8S_POD_NAME`; `None`
+    /// when the runtime sent neither.
+    pub pod: Option<String>,
+    /// `K8S_POD_UID`, when sent.
+    pub pod_uid: Option<String>,
+    /// `CNI_CONTAINERID/CNI_IFNAME`.
+    pub attachment: String,
+    /// Network name.
+    pub network: String,
+    /// The VF's PCI address.
+    pub vf: String,
+    /// The VF's port GUID for this attachment: the journal's (set or kept at ADD), else
+    /// the VF's current port GUID.
+    pub guid: Option<String>,
+    /// Its PF's port GUID: the journal's (read at ADD), else the PF's now.
+    pub pf_port_guid: Option<String>,
+    /// The network's `pkey` (`0x....`), when set.
+    pub pkey: Option<String>,
+    /// Whether that pkey (all 16 bits) is in the VF's pkey table ([`Vf::pkeys`]);
+    /// `None` without a pkey or a readable table.
+    pub pkey_in_table: Option<bool>,
+    /// The VF's RDMA device: the one ADD moved into the pod, else the VF's in this
+    /// netns; `None` in vfio mode or without one.
+    pub rdma_device: Option<String>,
 }
 
 /// A netdev of a VF in the host netns.

@@ -126,6 +126,9 @@ pub fn render(r: &Report) -> String {
             file,
             opt(&v.derived_guid)
         );
+        if !v.pkeys.is_empty() {
+            let _ = writeln!(o, "      pkeys {}", v.pkeys.join(" "));
+        }
         for h in &v.holders {
             let _ = writeln!(
                 o,
@@ -150,6 +153,33 @@ pub fn render(r: &Report) -> String {
                 }
             );
         }
+    }
+    let _ = writeln!(o, "\nattachments");
+    if r.attachments.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for a in &r.attachments {
+        let _ = writeln!(
+            o,
+            "  pod {}  {}  network {}  VF {}  rdma {}",
+            opt(&a.pod),
+            a.attachment,
+            a.network,
+            a.vf,
+            opt(&a.rdma_device)
+        );
+        let _ = writeln!(
+            o,
+            "      guid {}  PF port guid {}  pkey {}",
+            opt(&a.guid),
+            opt(&a.pf_port_guid),
+            match (&a.pkey, a.pkey_in_table) {
+                (None, _) => "-".to_string(),
+                (Some(p), Some(true)) => format!("{p} (in the VF's pkey table)"),
+                (Some(p), Some(false)) => format!("{p} (NOT in the VF's pkey table)"),
+                (Some(p), None) => format!("{p} (pkey table unknown)"),
+            }
+        );
     }
     let _ = writeln!(o, "\nholder sources");
     for h in &r.holder_sources {

@@ -33,6 +33,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     if let Some(p) = &conf.device_info_file {
         check_device_info_path(p)?;
     }
+    check_pkey_wait(&ctx.sysfs, conf, &dev, is_pf, vfio)?;
     let rdma_dev = super::rdma::plan(ctx, &dev, vfio)?;
     for w in device_warnings(conf, &dev, is_pf, vfio) {
         log::warn!("{w}");
@@ -169,6 +170,10 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         Some(n) => host.nl.link_by_name(n)?,
         None => None,
     };
+    // From the PF link already read: no extra read on ADD's path.
+    let pf_port_guid = pf_link
+        .as_ref()
+        .and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
     let view = PfView {
         nl: &host.nl,
         sysfs: &ctx.sysfs,
@@ -214,6 +219,13 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         },
     };
     let orig_ls = st.link_state.map(|s| s.0);
+    // The GUID the subnet manager must put into the partition: the one ADD sets, else
+    // the VF's own (for pkeyWaitMs' message).
+    let pod_guid = set_guid
+        .as_ref()
+        .map(|(g, _)| *g)
+        .or(orig_port)
+        .or(orig_node);
 
     let mut plan = Vec::new();
     let want_ls = conf.link_state.filter(|_| !is_pf);
@@ -296,6 +308,8 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             dev.rdma_devices.clone()
         },
         pod: crate::journal::PodRef::from_args(&env.args),
+        guid: pod_guid,
+        pf_port_guid,
     };
 
     // 5. The holder link, then the plan, durable before the first change.
@@ -326,8 +340,21 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     };
     let mut begun = 0;
     let mut failure = hit("add.journal").err();
+    // Partition readiness (pkeyWaitMs): once the VF has its GUID (the link state and
+    // GUID steps, which come first) and before anything moves into the pod.
+    let mut pkey_wait = conf.pkey_wait.zip(conf.pkey);
     if failure.is_none() {
         for i in 0..j.steps.len() {
+            if let Some((bound, pkey)) = pkey_wait
+                .filter(|_| !matches!(j.steps[i], Step::LinkState { .. } | Step::Guid { .. }))
+            {
+                pkey_wait = None;
+                if let Err(e) = wait_for_pkey(ctx, vf_addr, pod_guid, pkey, bound) {
+                    begun = i;
+                    failure = Some(e);
+                    break;
+                }
+            }
             begun = i + 1;
             let r = match j.steps[i] {
                 Step::DeviceInfo { .. } => fill_device_info(ctx, &mut j, i).map_err(Into::into),
@@ -342,6 +369,9 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                 break;
             }
         }
+    }
+    if let Some((bound, pkey)) = pkey_wait.filter(|_| failure.is_none()) {
+        failure = wait_for_pkey(ctx, vf_addr, pod_guid, pkey, bound).err();
     }
     if failure.is_none() {
         failure = finish(ctx, &mut j, &mut cx.out).err();
@@ -459,6 +489,99 @@ fn fallback_guid(
     Ok(Some(f))
 }
 
+/// Before any change (also what `ib-sriov doctor --conf` checks): `pkeyWaitMs` needs
+/// a pkey table to wait on, the one of port 1 of the VF's RDMA device
+/// (`<VF>/infiniband/<dev>/ports/1/pkeys`). `dev`, `is_pf`, `vfio` as
+/// [`device_and_mode`] gives them.
+///
+/// Errors: code 7 with `pkeyWaitMs` set on a device in vfio mode, a PF passed through,
+/// or a VF without an RDMA device.
+pub fn check_pkey_wait(
+    sysfs: &crate::sysfs::Sysfs,
+    conf: &crate::config::NetConf,
+    dev: &crate::sysfs::VfDevice,
+    is_pf: bool,
+    vfio: bool,
+) -> Result<(), CniError> {
+    let Some(w) = conf.pkey_wait else {
+        return Ok(());
+    };
+    if !(vfio || is_pf || dev.rdma_devices.is_empty()) {
+        return Ok(());
+    }
+    let addr = dev.addr;
+    Err(CniError::config(format!(
+        "pkeyWaitMs {} needs the pkey table of {addr}'s RDMA port ({}/infiniband/<dev>/ports/1/pkeys), and {addr} has none ({}): drop pkeyWaitMs for this network",
+        w.as_millis(),
+        sysfs.pci_device_dir(addr).display(),
+        if vfio {
+            "vfio mode"
+        } else if is_pf {
+            "a PF passed through"
+        } else {
+            "no RDMA device"
+        }
+    )))
+}
+
+/// How often [`wait_for_pkey`] reads the pkey table again.
+const PKEY_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Partition readiness (`pkeyWaitMs`): waits until `pkey` (all 16 bits, so full or
+/// limited membership as configured) is in the pkey table of port 1 of VF `vf`'s RDMA
+/// device (`<VF>/infiniband/<dev>/ports/1/pkeys/<i>`, [`crate::sysfs::Sysfs::pkeys`]),
+/// read at once and then every 20 ms, for at most `bound` and never past ADD's forward
+/// deadline ([`super::add_forward_deadline`]). The subnet manager writes that table
+/// once it has added the port's GUID (`guid`, for the message) to the partition.
+///
+/// Errors: code 11 (try again later) past the bound, naming the pkey, the GUID and the
+/// table as last read; an unreadable table is read again until the bound, and then
+/// named in the error.
+fn wait_for_pkey(
+    ctx: &Ctx,
+    vf: crate::types::PciAddress,
+    guid: Option<Guid>,
+    pkey: u16,
+    bound: std::time::Duration,
+) -> Result<(), CniError> {
+    let start = std::time::Instant::now();
+    let deadline = (start + bound).min(super::add_forward_deadline(ctx.started));
+    let show = |t: &[u16]| {
+        t.iter()
+            .map(|p| format!("{p:#06x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    loop {
+        let last = match ctx.sysfs.pkeys(vf) {
+            Ok(Some((dev, table))) => {
+                if table.contains(&pkey) {
+                    log::info!(
+                        "pkey {pkey:#06x} is in the pkey table of VF {vf} ({dev} port 1) after {} ms",
+                        start.elapsed().as_millis()
+                    );
+                    return Ok(());
+                }
+                format!("{dev} port 1 has [{}]", show(&table))
+            }
+            Ok(None) => format!("{vf} has no RDMA device now"),
+            Err(e) => format!("reading it: {e}"),
+        };
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(CniError::try_later(format!(
+                "pkey {pkey:#06x} is not in the pkey table of VF {vf} after {} ms (pkeyWaitMs {}; {last}): the subnet manager has not yet added GUID {} to partition {:#06x} as a {} member; ADD is rolled back, retry",
+                start.elapsed().as_millis(),
+                bound.as_millis(),
+                guid.map(|g| g.to_string()).unwrap_or_else(|| "(unknown)".into()),
+                pkey & 0x7fff,
+                if pkey & 0x8000 != 0 { "full" } else { "limited" }
+            )));
+        }
+        std::thread::sleep(PKEY_POLL.min(deadline - now));
+    }
+}
+
 /// The warnings ADD logs about configuration `conf` on device `dev` (`is_pf`, `vfio`
 /// as [`device_and_mode`] gives them) before it changes anything; `doctor --conf`
 /// reports the same list, so the two cannot drift. In this order:
@@ -466,8 +589,9 @@ fn fallback_guid(
 /// - a PF passed through with a GUID or `link_state` (ignored: they apply to VFs);
 /// - a `pkey` whose base key (the low 15 bits) is 0, which no partition uses;
 /// - a `pkey` not in the VF's pkey table (`<VF>/infiniband/<dev>/ports/1/pkeys/*`,
-///   [`crate::sysfs::VfDevice::pkeys`]), when the table was read: ib-kubernetes
-///   programs it through the subnet manager, so it may come later.
+///   [`crate::sysfs::VfDevice::pkeys`]), when the table was read and `pkeyWaitMs` is
+///   not set: ib-kubernetes programs it through the subnet manager, so it may come
+///   later.
 pub fn device_warnings(
     conf: &crate::config::NetConf,
     dev: &crate::sysfs::VfDevice,
@@ -492,7 +616,11 @@ pub fn device_warnings(
                 "pkey {pk:#06x} has base key 0, which no partition uses; ib-kubernetes programs the pod's real pkey through the subnet manager"
             ));
         }
-        if !dev.pkeys.is_empty() && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff) {
+        // With pkeyWaitMs ADD waits for it instead (exact 16 bits).
+        if conf.pkey_wait.is_none()
+            && !dev.pkeys.is_empty()
+            && !dev.pkeys.iter().any(|p| p & 0x7fff == pk & 0x7fff)
+        {
             out.push(format!(
                 "pkey {pk:#06x} is not (yet) in the pkey table of VF {addr}; ib-kubernetes programs it through the subnet manager"
             ));

@@ -16,7 +16,7 @@ mod teardown;
 mod upgrade;
 pub mod vfattr;
 
-pub use add::{device_and_mode, device_warnings};
+pub use add::{check_pkey_wait, device_and_mode, device_warnings};
 
 use crate::cni::{code, CniEnv, CniError, Command, Delegate};
 use crate::config::NetConf;

@@ -413,5 +413,7 @@ fn journal_for(
         rdma_devices: go.rdma_device.iter().cloned().collect(),
         // The Go cache does not record the pod.
         pod: None,
+        guid: None,
+        pf_port_guid: None,
     })
 }

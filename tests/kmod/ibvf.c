@@ -62,6 +62,17 @@
  * the function with firmware. A driver rebind then takes at least that long, which is
  * what a storm of rebinding ADDs and DELs on a real node waits for.
  *
+ * Test-only pkey table (what a subnet manager programs into a VF port's P_Key table
+ * through MADs, which this lab has none of): each VF's port 1 has IBVF_PKEY_TBL_LEN (4)
+ * entries, kept on the PF side so that they survive a rebind as the SM's programming
+ * does; entry 0 is the default partition 0xffff, the others 0x0000 (empty), at load.
+ * ib_core's sysfs shows them live (<VF>/infiniband/<dev>/ports/1/pkeys/<i>,
+ * show_port_pkey() calls the driver's query_pkey at every read). Writing "N I 0xKKKK"
+ * to the module parameter `set_pkey` (run time only: /sys/module/ibvf/parameters/
+ * set_pkey) sets VF N's entry I to 0xKKKK, as the SM would; reads give the last string
+ * written. A VF index the PF has no VF for, or I >= IBVF_PKEY_TBL_LEN, is refused
+ * with EINVAL.
+ *
  * Up to IBVF_MAX_VFS (128) VFs per PF (the PF side keeps one state entry per VF); the
  * lab uses it on the igb PF (2 VFs) and on an emulated NVMe PF with up to 127 VFs
  * (scripts/kernel-lab.sh), one PF per load of the module.
@@ -80,6 +91,7 @@
 #include <rdma/ib_verbs.h>
 
 #define IBVF_MAX_VFS 128
+#define IBVF_PKEY_TBL_LEN 4
 #define IBVF_GUID_BASE 0x506b4b0300a10000ULL
 #define IBVF_DRV_NAME "ibvf"
 
@@ -103,6 +115,7 @@ struct ibvf_vf_state {
 	u64 set_node_guid;	/* last set over netlink: what ndo_get_vf_guid reports */
 	u64 set_port_guid;
 	int link_state;
+	u16 pkeys[IBVF_PKEY_TBL_LEN];	/* port 1's P_Key table (header) */
 };
 
 struct ibvf_pf {
@@ -155,6 +168,42 @@ static const struct kernel_param_ops ibvf_zero_fw_guid_ops = {
 };
 module_param_cb(zero_fw_guid, &ibvf_zero_fw_guid_ops, &zero_fw_guid, 0644);
 MODULE_PARM_DESC(zero_fw_guid, "write a VF index N: VF N's firmware and netlink-set GUIDs become zero (it comes up with GUID zero at its next probe)");
+
+/* set_pkey: "N I 0xKKKK" sets VF N's pkey table entry I (header). */
+static char set_pkey_last[32];
+
+static int ibvf_set_pkey_set(const char *val, const struct kernel_param *kp)
+{
+	int vf, idx, err;
+	unsigned int key;
+
+	if (sscanf(val, "%d %d %i", &vf, &idx, &key) != 3 || idx < 0 ||
+	    idx >= IBVF_PKEY_TBL_LEN || key > 0xffff)
+		return -EINVAL;
+	if (!ibvf_pf)
+		return -ENODEV;
+	err = ibvf_pf_check(vf);
+	if (err)
+		return err;
+	mutex_lock(&ibvf_pf->lock);
+	ibvf_pf->vf[vf].pkeys[idx] = key;
+	mutex_unlock(&ibvf_pf->lock);
+	strscpy(set_pkey_last, val, sizeof(set_pkey_last));
+	pr_info("ibvf: vf %d pkey[%d] = 0x%04x\n", vf, idx, key);
+	return 0;
+}
+
+static int ibvf_set_pkey_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%s\n", set_pkey_last);
+}
+
+static const struct kernel_param_ops ibvf_set_pkey_ops = {
+	.set = ibvf_set_pkey_set,
+	.get = ibvf_set_pkey_get,
+};
+module_param_cb(set_pkey, &ibvf_set_pkey_ops, NULL, 0644);
+MODULE_PARM_DESC(set_pkey, "write \"N I 0xKKKK\": VF N's port pkey table entry I becomes 0xKKKK (test-only subnet manager)");
 
 static netdev_tx_t ibvf_xmit(struct sk_buff *skb, struct net_device *dev)
 {
@@ -304,7 +353,7 @@ static int ibvf_query_device(struct ib_device *d, struct ib_device_attr *a,
 	a->sys_image_guid = cpu_to_be64(v->node_guid);
 	a->vendor_id = 0x02c9;
 	a->vendor_part_id = 0x101c;	/* ConnectX-6 VF */
-	a->max_pkeys = 1;
+	a->max_pkeys = IBVF_PKEY_TBL_LEN;
 	return 0;
 }
 
@@ -318,7 +367,7 @@ static int ibvf_query_port(struct ib_device *d, u32 port, struct ib_port_attr *a
 	a->max_mtu = IB_MTU_4096;
 	a->active_mtu = IB_MTU_2048;
 	a->gid_tbl_len = 1;
-	a->pkey_tbl_len = 1;
+	a->pkey_tbl_len = IBVF_PKEY_TBL_LEN;
 	a->lid = 0x10 + v->vf;
 	a->sm_lid = 1;
 	a->active_width = IB_WIDTH_4X;
@@ -329,7 +378,7 @@ static int ibvf_query_port(struct ib_device *d, u32 port, struct ib_port_attr *a
 static int ibvf_port_immutable(struct ib_device *d, u32 port,
 			       struct ib_port_immutable *im)
 {
-	im->pkey_tbl_len = 1;
+	im->pkey_tbl_len = IBVF_PKEY_TBL_LEN;
 	im->gid_tbl_len = 1;
 	im->core_cap_flags = RDMA_CORE_CAP_PROT_IB;
 	im->max_mad_size = 0;
@@ -347,9 +396,13 @@ static int ibvf_query_gid(struct ib_device *d, u32 port, int index, union ib_gid
 
 static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
 {
-	if (index)
+	struct ibvf_dev *v = to_ibvf(d);
+
+	if (index >= IBVF_PKEY_TBL_LEN || ibvf_pf_check(v->vf))
 		return -EINVAL;
-	*pkey = 0xffff;
+	mutex_lock(&ibvf_pf->lock);
+	*pkey = ibvf_pf->vf[v->vf].pkeys[index];
+	mutex_unlock(&ibvf_pf->lock);
 	return 0;
 }
 
@@ -565,6 +618,7 @@ static int __init ibvf_init(void)
 	for (i = 0; i < IBVF_MAX_VFS; i++) {
 		ibvf_pf->vf[i].fw_node_guid = IBVF_GUID_BASE + i;
 		ibvf_pf->vf[i].fw_port_guid = IBVF_GUID_BASE + i;
+		ibvf_pf->vf[i].pkeys[0] = 0xffff;	/* the default partition */
 	}
 	ibvf_pf_dev = alloc_netdev(0, "ibpf0", NET_NAME_USER, ibvf_pf_setup);
 	if (!ibvf_pf_dev) {

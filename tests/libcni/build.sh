@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the libcni driver (tests/libcni/main.go), or another program of this module
-# (the rdma-cni stand-in, tests/libcni/rdma-standin), offline.
+# (the rdma-cni stand-in, tests/libcni/rdma-standin; the dra-driver-sriov stand-in,
+# tests/libcni/dra-standin), offline.
 #
 #   tests/libcni/build.sh <output-binary-path> [package, default . (the driver);
-#                                               ./rdma-standin]
+#                                               ./rdma-standin; ./dra-standin]
 #
 # Needs Debian's golang-go and golang-github-appc-cni-dev (libcni 1.1.2,
 # sources under /usr/share/gocode/src). When they are missing and we are root,

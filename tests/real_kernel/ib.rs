@@ -21,6 +21,16 @@ mod big_pf;
 #[path = "rdma_chain.rs"]
 mod rdma_chain;
 
+/// Partition readiness (`pkeyWaitMs`) with ibvf's test-only pkey table written by a
+/// "subnet manager" thread.
+#[path = "pkey.rs"]
+mod pkey;
+
+/// ib-sriov as dra-driver-sriov calls it (tests/libcni/dra-standin), with
+/// `rdmaIsolation: true`.
+#[path = "dra.rs"]
+mod dra;
+
 /// `IBVF_GUID_BASE` of tests/kmod/ibvf.c: VF `n` comes up with node = port GUID base + n.
 const GUID_BASE: u64 = 0x506b_4b03_00a1_0000;
 const PF_NETDEV: &str = "ibpf0";
@@ -730,6 +740,27 @@ fn assert_doctor_matches_the_kernel(j: &Value, vf: &str) {
     assert_eq!(d["nodeGuid"], node, "{d}");
     assert_eq!(d["portGuid"], port, "{d}");
     assert_eq!(d["linkState"], state, "{d}");
+    // The pkey table as the kernel shows it (none while the RDMA device is in a pod).
+    let pkeys: Vec<String> = match rdma.first() {
+        Some(r) => {
+            let dir = format!("/sys/bus/pci/devices/{vf}/infiniband/{r}/ports/1/pkeys");
+            let mut idx: Vec<u32> = list(Path::new(&dir))
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            idx.sort();
+            idx.iter()
+                .map(|i| {
+                    std::fs::read_to_string(format!("{dir}/{i}"))
+                        .unwrap()
+                        .trim()
+                        .to_string()
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    assert_eq!(d["pkeys"], json!(pkeys), "{d}");
 }
 
 /// `ib-sriov doctor` on the ibvf VFs before ADD, during (RDMA device and netdev in the
@@ -787,6 +818,18 @@ fn ib_doctor_before_during_and_after_an_attachment() {
         .unwrap();
     assert_eq!(h["ips"][0], ip, "{d}");
     assert_eq!(pod_rdma(&pod).len(), 1, "the RDMA device is in the pod");
+    // The per-attachment view: the GUID set, the PF's port GUID (ibpf0's address), the
+    // RDMA device in the pod.
+    let a = during["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["attachment"] == format!("cid-ibdoctor/{IFNAME}"))
+        .unwrap_or_else(|| panic!("the attachment in {}", during["attachments"]));
+    assert_eq!(a["vf"], vf.as_str(), "{a}");
+    assert_eq!(a["guid"], guid_text(guid), "{a}");
+    assert_eq!(a["pfPortGuid"], guid_text(pf_port_guid()), "{a}");
+    assert_eq!(a["rdmaDevice"], pod_rdma(&pod)[0], "{a}");
     let errors = |j: &Value| -> Vec<Value> {
         j["findings"]
             .as_array()
