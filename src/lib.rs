@@ -9,6 +9,7 @@
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
 
 pub mod boot;
+pub mod callmetrics;
 pub mod cli;
 pub mod cni;
 pub mod config;
