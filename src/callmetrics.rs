@@ -82,10 +82,7 @@ const _: () = assert!((HEADER_WORDS + VERBS.len() * BLOCK_WORDS) * 8 <= FILE_SIZ
 /// The slot of result code `code` in a verb block: its index in [`CODES`], else the
 /// `other` slot ([`CODES`]`.len()`).
 pub fn code_slot(code: u32) -> usize {
-    CODES
-        .iter()
-        .position(|c| *c == code)
-        .unwrap_or(CODES.len())
+    CODES.iter().position(|c| *c == code).unwrap_or(CODES.len())
 }
 
 /// The latency bucket of a call that took `d`.
@@ -184,11 +181,14 @@ pub fn record(verb: &str, code: u32, took: Duration) {
     };
     let base = HEADER_WORDS + v * BLOCK_WORDS;
     let us = took.as_micros().min(u64::MAX as u128) as u64;
-    update(&file_path(), &[
-        (base + code_slot(code), 1),
-        (base + CODE_SLOTS + bucket(took), 1),
-        (base + CODE_SLOTS + BUCKETS_LE.len(), us),
-    ]);
+    update(
+        &file_path(),
+        &[
+            (base + code_slot(code), 1),
+            (base + CODE_SLOTS + bucket(took), 1),
+            (base + CODE_SLOTS + BUCKETS_LE.len(), us),
+        ],
+    );
 }
 
 /// Records that a GC removed `n` attachments (their journals undone and deleted).
@@ -388,17 +388,25 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..250 {
                         let code = if (t + i) % 10 == 0 { 7 } else { 0 };
-                        update(p, &[
-                            (HEADER_WORDS + code_slot(code), 1),
-                            (HEADER_WORDS + CODE_SLOTS + bucket(Duration::from_millis(3)), 1),
-                            (HEADER_WORDS + CODE_SLOTS + BUCKETS_LE.len(), 3000),
-                        ]);
+                        update(
+                            p,
+                            &[
+                                (HEADER_WORDS + code_slot(code), 1),
+                                (
+                                    HEADER_WORDS + CODE_SLOTS + bucket(Duration::from_millis(3)),
+                                    1,
+                                ),
+                                (HEADER_WORDS + CODE_SLOTS + BUCKETS_LE.len(), 3000),
+                            ],
+                        );
                     }
                 });
             }
         });
         assert_eq!(std::fs::metadata(&p).unwrap().len(), FILE_SIZE as u64);
-        let c = read(p.parent().unwrap()).unwrap().expect("a file of this boot");
+        let c = read(p.parent().unwrap())
+            .unwrap()
+            .expect("a file of this boot");
         let add = &c.verbs[0];
         assert_eq!(add.count(), 1000);
         assert_eq!(add.by_code, vec![(Some(0), 900), (Some(7), 100)]);

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod doctor;
+pub mod exporter;
 pub mod failpoint;
 pub mod fsutil;
 pub mod gocache;
