@@ -600,14 +600,11 @@ impl prometheus_client::collector::Collector for Collect {
             MetricType::Histogram,
         )?;
         for (verb, vc) in VERBS.iter().zip(&s.calls.verbs) {
-            let mut cum = 0;
+            // Per-bucket counts: the encoder makes them cumulative.
             let buckets: Vec<(f64, u64)> = BUCKETS_LE
                 .iter()
-                .zip(vc.buckets.iter())
-                .map(|(le, n)| {
-                    cum += n;
-                    (*le, cum)
-                })
+                .copied()
+                .zip(vc.buckets.iter().copied())
                 .collect();
             let labels = vec![("verb", verb.to_string())];
             m.encode_family(&labels)?
