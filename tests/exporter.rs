@@ -9,6 +9,7 @@ mod common;
 use common::emuhost::{exec_in_netns, EmuOptions};
 use common::lab::{bin, Lab};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// A host root for `--host-root` holding only this lab: `/sys` (the emulated tree),
 /// `/var/run/netns` and the lab's stateDir, as symlinks; so the machine's own
@@ -397,6 +398,259 @@ fn http_get(addr: &str) -> String {
                 std::thread::sleep(std::time::Duration::from_millis(50))
             }
             Err(e) => panic!("connecting to the exporter on {addr}: {e}"),
+        }
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `GET path` on `addr` (HTTP/1.0): the status line and the body.
+fn get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
+}
+
+/// Percent-encoding of a query parameter (every byte but unreserved ones).
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instant query through Prometheus' HTTP API: the result vector.
+fn prom_query(addr: &str, q: &str) -> Vec<serde_json::Value> {
+    let (status, body) = get(addr, &format!("/api/v1/query?query={}", urlencode(q)))
+        .unwrap_or_else(|e| panic!("querying Prometheus: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{status}: {e}: {body}"));
+    assert_eq!(v["status"], "success", "{q}: {body}");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// conf/ib-sriov-grafana-dashboard.json against a real Prometheus (Debian's
+/// `prometheus`) scraping the exporter on the emulated host: after traffic through two
+/// pods' VFs and a mix of CNI calls (one failing), every panel's every query returns
+/// series, and the per-pod ones return series of the pod asked for and no other.
+#[test]
+fn every_dashboard_query_returns_series_for_the_pod() {
+    let lab = Lab::new(EmuOptions::default());
+    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
+    let (c1, c2) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
+    let r1 = lab
+        .run(
+            "ADD",
+            "cid-one",
+            p1.netns(),
+            &c1,
+            &[("CNI_ARGS", &pod_args("one"))],
+        )
+        .expect_ok();
+    lab.run(
+        "ADD",
+        "cid-two",
+        p2.netns(),
+        &c2,
+        &[("CNI_ARGS", &pod_args("two"))],
+    )
+    .expect_ok();
+    let ip1 = r1["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    // Test-only RDMA counters of both VFs' devices (the emulated tree has none), moved
+    // below with the traffic.
+    let rdma_dir = |n: u32| {
+        let vf = lab.host.vf(n);
+        vf.dir
+            .join("infiniband")
+            .join(vf.rdma.as_deref().unwrap())
+            .join("ports/1")
+    };
+    let bump = |n: u32, words: u64, retries: u64| {
+        let d = rdma_dir(n);
+        std::fs::create_dir_all(d.join("counters")).unwrap();
+        std::fs::create_dir_all(d.join("hw_counters")).unwrap();
+        for f in ["port_xmit_data", "port_rcv_data"] {
+            std::fs::write(d.join("counters").join(f), format!("{words}\n")).unwrap();
+        }
+        for f in ["out_of_sequence", "local_ack_timeout_err"] {
+            std::fs::write(d.join("hw_counters").join(f), format!("{retries}\n")).unwrap();
+        }
+    };
+    bump(0, 0, 0);
+    bump(1, 0, 0);
+
+    let root = host_root(&lab);
+    let exp_addr = format!("127.0.0.1:{}", free_port());
+    let _exporter = Killed(
+        std::process::Command::new(bin())
+            .args(["exporter", "--listen", &exp_addr, "--host-root"])
+            .arg(root.path())
+            .arg("--state-dir")
+            .arg(&lab.state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: ib-sriov\n    static_configs:\n      - targets: ['{exp_addr}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let _prometheus = Killed(
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package prometheus)"),
+    );
+    // Until Prometheus has scraped the exporter.
+    let t0 = std::time::Instant::now();
+    loop {
+        let up = get(&prom_addr, "/api/v1/query?query=up")
+            .ok()
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| {
+                v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        if up.as_deref() == Some("1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "Prometheus did not scrape the exporter: up = {up:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+
+    // Five seconds of traffic through both pods' VFs, with CNI calls in between.
+    let peer0 = lab.host.vf(0).peer.clone().unwrap();
+    lab.host
+        .host_ip(&["addr", "add", "10.56.217.254/24", "dev", &peer0]);
+    let send = |to: &str| {
+        format!(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor i in range(20): s.sendto(b'x'*1000,('{to}',9))"
+        )
+    };
+    for round in 1..=5u64 {
+        assert!(p1
+            .exec(&["python3", "-c", &send("10.56.217.254")])
+            .status
+            .success());
+        assert!(lab
+            .host
+            .host_exec(&["python3", "-c", &send(&ip1)])
+            .status
+            .success());
+        assert!(p2
+            .exec(&["python3", "-c", &send("10.56.217.253")])
+            .status
+            .success());
+        bump(0, round * 5000, round);
+        bump(1, round * 2500, round);
+        lab.check("cid-one", &p1, &c1, &r1).expect_ok();
+        // An ADD on a VF another attachment holds: refused.
+        assert!(!lab.run("ADD", "cid-three", p2.netns(), &c1, &[]).ok);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/ib-sriov-grafana-dashboard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap();
+            let q = expr
+                .replace("$__rate_interval", "30s")
+                .replace("$namespace", "team-a")
+                .replace("$pod", "one");
+            let res = prom_query(&prom_addr, &q);
+            assert!(
+                !res.is_empty(),
+                "panel {:?}: no series for {q}",
+                panel["title"]
+            );
+            if expr.contains("$pod") {
+                for s in &res {
+                    assert_eq!(s["metric"]["pod"], "one", "panel {:?}: {s}", panel["title"]);
+                }
+                let moved = res.iter().any(|s| {
+                    s["value"][1]
+                        .as_str()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|v| v > 0.0)
+                });
+                let errors = panel["title"].as_str().unwrap().contains("Errors");
+                assert!(
+                    moved || errors,
+                    "panel {:?}: nothing moved: {res:?}",
+                    panel["title"]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "{checked} queries");
+    // The template variables' queries too.
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["query"]["query"].as_str() {
+            let inner = q
+                .trim_start_matches("label_values(")
+                .rsplit_once(',')
+                .unwrap()
+                .0
+                .replace("$namespace", "team-a");
+            assert!(!prom_query(&prom_addr, &inner).is_empty(), "{q}");
         }
     }
 }
