@@ -288,12 +288,14 @@ pub fn version_string() -> String {
 const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
        ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE]
        ib-sriov exporter [--listen ADDR:PORT] [--once] [--host-root DIR] [--state-dir DIR]...
+       ib-sriov top [--interval SECONDS] [--host-root DIR] [--state-dir DIR]...
 ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
 what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").
 `ib-sriov exporter` serves the node's attachment counters and the plugin's call metrics
-to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metrics\").";
+to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metrics\");
+`ib-sriov top` shows them live in the terminal.";
 
 /// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
 /// skel do: `-v`/`--version` (Go's flag package also takes `-version`, `--v`): the
@@ -309,6 +311,13 @@ fn manual_run() -> Option<i32> {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         return Some(crate::doctor::run(&rest));
+    }
+    if args.first().is_some_and(|a| a == "top") {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Some(crate::top::run(&rest));
     }
     if args.first().is_some_and(|a| a == "exporter") {
         let rest: Vec<String> = args[1..]

@@ -28,6 +28,7 @@ pub mod plugin;
 pub mod policy;
 pub mod rdma;
 pub mod sysfs;
+pub mod top;
 pub mod types;
 pub mod vfguid;
 

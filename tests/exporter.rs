@@ -654,3 +654,141 @@ fn every_dashboard_query_returns_series_for_the_pod() {
         }
     }
 }
+
+/// `tmux -L <socket> ARGS`.
+fn tmux(sock: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("tmux")
+        .arg("-L")
+        .arg(sock)
+        .args(args)
+        .output()
+        .expect("tmux (Debian package tmux)")
+}
+
+/// `ib-sriov top` in a tmux pane against traffic on the emulated host: one row per
+/// attachment with its pod, rail, GUID and VF, the busier pod first, rates that are
+/// numbers once read twice, and `q` ends it.
+#[test]
+fn top_shows_the_pods_sorted_by_rate_and_q_quits() {
+    let lab = Lab::new(EmuOptions::default());
+    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
+    let (c1, c2) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
+    lab.run(
+        "ADD",
+        "cid-one",
+        p1.netns(),
+        &c1,
+        &[("CNI_ARGS", &pod_args("one"))],
+    )
+    .expect_ok();
+    lab.run(
+        "ADD",
+        "cid-two",
+        p2.netns(),
+        &c2,
+        &[("CNI_ARGS", &pod_args("two"))],
+    )
+    .expect_ok();
+    let root = host_root(&lab);
+    let sock = format!("ib-sriov-top-{}", std::process::id());
+    let cmd = format!(
+        "{} top --host-root {} --state-dir {}",
+        bin().display(),
+        root.path().display(),
+        lab.state.display()
+    );
+    let out = tmux(
+        &sock,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "200",
+            "-y",
+            "20",
+            &cmd,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Server(String);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = tmux(&self.0, &["kill-server"]);
+        }
+    }
+    let _server = Server(sock.clone());
+
+    // Pod two sends ten times what pod one sends, for four seconds, to a static
+    // neighbour (the datagrams leave the pod's VF netdev whoever receives them).
+    let mut senders = Vec::new();
+    for (pod, n) in [(&p1, 40), (&p2, 400)] {
+        let out = pod.exec(&[
+            "ip",
+            "neigh",
+            "replace",
+            "10.56.217.250",
+            "lladdr",
+            "02:00:00:00:00:99",
+            "dev",
+            "net1",
+            "nud",
+            "permanent",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = format!(
+            "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nt=time.time()\nwhile time.time()-t<4:\n  for i in range({n}): s.sendto(b'x'*1000,('10.56.217.250',9))\n  time.sleep(0.1)"
+        );
+        let netns = pod.netns().to_string();
+        senders.push(std::thread::spawn(move || {
+            exec_in_netns(Path::new(&netns), &["python3", "-c", &script], &[], None)
+        }));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let screen =
+        String::from_utf8(tmux(&sock, &["capture-pane", "-p", "-t", "top"]).stdout).unwrap();
+    for s in senders {
+        assert!(s.join().unwrap().status.success());
+    }
+    let line = |pod: &str| {
+        screen
+            .lines()
+            .position(|l| l.contains(pod))
+            .unwrap_or_else(|| panic!("no row for {pod}:\n{screen}"))
+    };
+    let (one, two) = (line("team-a/one"), line("team-a/two"));
+    assert!(two < one, "the busier pod first:\n{screen}");
+    assert!(
+        screen.contains("POD") && screen.contains("GUID"),
+        "{screen}"
+    );
+    assert!(screen.contains("2 attachments"), "{screen}");
+    let row_two = screen.lines().nth(two).unwrap();
+    assert!(row_two.contains("ibnet/net1"), "{row_two}");
+    assert!(row_two.contains(&lab.host.vf(1).addr), "{row_two}");
+    assert!(
+        row_two.contains("kB/s") || row_two.contains("MB/s"),
+        "a rate: {row_two}\n{screen}"
+    );
+    println!("{screen}");
+
+    let out = tmux(&sock, &["send-keys", "-t", "top", "q"]);
+    assert!(out.status.success());
+    let t0 = std::time::Instant::now();
+    while tmux(&sock, &["has-session", "-t", "top"]).status.success() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "q did not end ib-sriov top"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -59,7 +59,8 @@ pub struct Args {
     pub state_dirs: Vec<PathBuf>,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
+/// Parses the arguments after `exporter` (`Err("")` for `--help`).
+pub fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut a = Args {
         listen: DEFAULT_LISTEN.parse().expect("valid default"),
         once: false,
