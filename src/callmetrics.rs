@@ -76,7 +76,7 @@ const GC_REMOVED_WORD: usize = 6;
 fn boot_idx() -> std::ops::Range<usize> {
     1..6
 }
-const _: () = assert!(CODE_SLOTS + BUCKETS_LE.len() + 1 <= BLOCK_WORDS);
+const _: () = assert!(CODE_SLOTS + BUCKETS_LE.len() < BLOCK_WORDS);
 const _: () = assert!((HEADER_WORDS + VERBS.len() * BLOCK_WORDS) * 8 <= FILE_SIZE);
 
 /// The slot of result code `code` in a verb block: its index in [`CODES`], else the

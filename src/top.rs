@@ -271,8 +271,10 @@ mod tests {
 
     #[test]
     fn rows_are_sorted_by_rate_once_read_twice() {
-        let mut s = exporter::Snapshot::default();
-        s.attachments = vec![att("a", "slow", 0, 0), att("b", "fast", 0, 0)];
+        let mut s = exporter::Snapshot {
+            attachments: vec![att("a", "slow", 0, 0), att("b", "fast", 0, 0)],
+            ..Default::default()
+        };
         let (r, prev) = rows(&s, &HashMap::new(), Duration::ZERO);
         assert!(r.iter().all(|r| r.rate.is_none()));
         s.attachments = vec![att("a", "slow", 1000, 0), att("b", "fast", 5000, 5000)];

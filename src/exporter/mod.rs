@@ -436,7 +436,10 @@ fn gauge_f(
 }
 
 /// Per-attachment netdev counters: (metric, help, field).
-const NETDEV: [(&str, &str, fn(&stats::NetdevStats) -> u64); 9] = [
+/// A metric name, its help text, and the field of [`stats::NetdevStats`] it exports.
+type NetdevMetric = (&'static str, &'static str, fn(&stats::NetdevStats) -> u64);
+
+const NETDEV: [NetdevMetric; 9] = [
     ("ib_sriov_netdev_receive_bytes", "Bytes the pod's IPoIB netdev received (IFLA_STATS64 rx_bytes, struct rtnl_link_stats64, include/uapi/linux/if_link.h; read over rtnetlink in the pod netns).", |s| s.rx_bytes),
     ("ib_sriov_netdev_transmit_bytes", "Bytes the pod's IPoIB netdev sent (IFLA_STATS64 tx_bytes, read in the pod netns).", |s| s.tx_bytes),
     ("ib_sriov_netdev_receive_packets", "Packets the pod's IPoIB netdev received (IFLA_STATS64 rx_packets, read in the pod netns).", |s| s.rx_packets),
