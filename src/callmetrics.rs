@@ -1,16 +1,18 @@
 //! The plugin's own call metrics: how many CNI calls of each verb ended with each result
 //! code, and how long they took, for the exporter ([`crate::exporter`]).
 //!
-//! Mechanism: one fixed-size file per stateDir, [`FILE_NAME`] (`<stateDir>/calls.metrics`,
-//! [`FILE_SIZE`] bytes), a table of 64-bit counters that every call adds to in place with
+//! Mechanism: one fixed-size file per stateDir, [`FILE_NAME`] in its `locks` directory
+//! (`<stateDir>/locks/calls.metrics`, beside the lock files and the Go cache index, where
+//! nothing takes it for a journal or a Go cache file; [`FILE_SIZE`] bytes), a table of 64-bit counters that every call adds to in place with
 //! atomic fetch-and-add on a shared memory mapping of the file (`mmap(MAP_SHARED)`):
 //! - bounded: the file never grows (a counter wraps after 2^64 calls);
 //! - lock-free: no lock is taken, so a call never waits on another call or on the
 //!   exporter; concurrent calls add to the same words atomically (the mapping of one
 //!   tmpfs or page-cache page is shared by every process that maps it);
 //! - never in the way: recording runs after the result has been printed, and every
-//!   failure (no stateDir, a full disk, a foreign file) is ignored: the call's outcome
-//!   is already decided and sent ([`record`] returns nothing);
+//!   failure (a full disk, a foreign file) is ignored: the call's outcome is already
+//!   decided and sent ([`record`] returns nothing); a stateDir that does not exist is
+//!   not created for it (a call refused before it made anything leaves nothing);
 //! - reset on reboot: the default stateDir `/run/ib-sriov` is a tmpfs on systemd nodes,
 //!   and the file's header holds the boot ID (`/proc/sys/kernel/random/boot_id`): a file
 //!   of another boot (an on-disk stateDir) is replaced by a fresh one at the first call,
@@ -22,7 +24,8 @@
 //! Layout (native-endian `u64` words; little-endian on x86-64 and arm64):
 //! - word 0: [`MAGIC`] (`IBSCM001` in ASCII, little-endian);
 //! - words 1..=5: the boot ID, 36 ASCII bytes, zero-padded to 40;
-//! - word 6: attachments GC removed ([`record_gc_removed`]); word 7: reserved;
+//! - word 6: attachments GC removed ([`record_gc_removed`]); word 7: set by the call
+//!   that stamps a fresh file (boot ID first, then the magic);
 //! - from word 8, one block of [`BLOCK_WORDS`] words per verb of [`VERBS`], in order:
 //!   [`CODE_SLOTS`] counters by result code ([`code_slot`]), then [`BUCKETS_LE`]`.len()`
 //!   latency bucket counters (not cumulative: the call falls in the first bucket whose
@@ -32,8 +35,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The file's name in the stateDir.
+/// The file's name in `<stateDir>/locks`.
 pub const FILE_NAME: &str = "calls.metrics";
+
+/// The counters file of `state_dir`: `<stateDir>/locks/calls.metrics`.
+pub fn file_in(state_dir: &Path) -> PathBuf {
+    state_dir.join("locks").join(FILE_NAME)
+}
 /// The file's size in bytes: one page.
 pub const FILE_SIZE: usize = 4096;
 /// Word 0 of a valid file: `IBSCM001` read as a little-endian u64.
@@ -72,6 +80,8 @@ pub const BUCKETS_LE: [f64; 16] = [
 pub const BLOCK_WORDS: usize = 48;
 const HEADER_WORDS: usize = 8;
 const GC_REMOVED_WORD: usize = 6;
+/// Set (0 to 1) by the call that stamps a fresh file.
+const CLAIM_WORD: usize = 7;
 /// The header words holding the boot ID.
 fn boot_idx() -> std::ops::Range<usize> {
     1..6
@@ -105,11 +115,10 @@ pub fn set_state_dir(dir: &Path) {
 
 /// The file this call records into.
 fn file_path() -> PathBuf {
-    STATE_DIR
-        .get()
-        .cloned()
-        .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_STATE_DIR))
-        .join(FILE_NAME)
+    match STATE_DIR.get() {
+        Some(d) => file_in(d),
+        None => file_in(Path::new(crate::config::DEFAULT_STATE_DIR)),
+    }
 }
 
 /// The boot ID as the header stores it (36 bytes, zero-padded to 40).
@@ -199,16 +208,22 @@ pub fn record_gc_removed(n: u64) {
 }
 
 /// Adds each (word, value) of `adds` to the file at `path`, creating it (and its
-/// directory) when missing. Errors are ignored.
+/// `locks` directory) when missing, but only in a stateDir that exists. Errors are
+/// ignored.
 fn update(path: &Path, adds: &[(usize, u64)]) {
     use nix::fcntl::OFlag;
     let open = || crate::fsutil::open_regular(path, OFlag::O_RDWR | OFlag::O_CREAT, 0o644);
     let f = match open() {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let Some(dir) = path.parent() else { return };
-            if std::fs::create_dir_all(dir).is_err() {
+            let Some(locks) = path.parent() else { return };
+            if !locks.parent().is_some_and(Path::is_dir) {
                 return;
+            }
+            match std::fs::create_dir(locks) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(_) => return,
             }
             match open() {
                 Ok(f) => f,
@@ -223,30 +238,33 @@ fn update(path: &Path, adds: &[(usize, u64)]) {
     }
     let Some(m) = Map::new(&f, true) else { return };
     let boot = boot_words();
-    match m
-        .word(0)
-        .compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire)
-    {
-        // A fresh file: this call stamps it with the boot.
-        Ok(_) => {
-            for (i, w) in boot_idx().zip(boot) {
-                m.word(i).store(w, Ordering::Release);
+    match m.word(0).load(Ordering::Acquire) {
+        // A fresh file: the call that claims it (word 7) stamps it with the boot, then
+        // sets the magic, so a file with the magic always has its whole stamp. Calls
+        // that find it being stamped count in it meanwhile.
+        0 => {
+            if m.word(CLAIM_WORD)
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                for (i, w) in boot_idx().zip(boot) {
+                    m.word(i).store(w, Ordering::Relaxed);
+                }
+                m.word(0).store(MAGIC, Ordering::Release);
             }
         }
-        Err(MAGIC) => {
+        MAGIC => {
             let ours = boot_idx()
                 .zip(boot)
-                .all(|(i, w)| m.word(i).load(Ordering::Acquire) == w);
-            // A stamp being written by a concurrent creator reads as all zero: count.
-            let stamping = boot_idx().all(|i| m.word(i).load(Ordering::Acquire) == 0);
-            if !ours && !stamping {
+                .all(|(i, w)| m.word(i).load(Ordering::Relaxed) == w);
+            if !ours {
                 drop(m);
                 replace_stale(path, &boot, adds);
                 return;
             }
         }
         // Not ours: leave it alone.
-        Err(_) => return,
+        _ => return,
     }
     for (i, n) in adds {
         m.word(*i).fetch_add(*n, Ordering::Relaxed);
@@ -258,6 +276,7 @@ fn update(path: &Path, adds: &[(usize, u64)]) {
 fn replace_stale(path: &Path, boot: &[u64; 5], adds: &[(usize, u64)]) {
     let mut words = vec![0u64; FILE_SIZE / 8];
     words[0] = MAGIC;
+    words[CLAIM_WORD] = 1;
     for (i, w) in boot_idx().zip(boot.iter()) {
         words[i] = *w;
     }
@@ -316,13 +335,13 @@ impl Counts {
     }
 }
 
-/// Reads the counters file of `state_dir`, read-only (a shared read-only mapping; no
+/// Reads the counters file of `state_dir` ([`file_in`]), read-only (a shared read-only mapping; no
 /// lock). `Ok(None)`: there is none, or it is not a counters file of this boot.
 ///
 /// Errors: the file cannot be opened or mapped for another reason.
 pub fn read(state_dir: &Path) -> std::io::Result<Option<Counts>> {
     use nix::fcntl::OFlag;
-    let path = state_dir.join(FILE_NAME);
+    let path = file_in(state_dir);
     let f = match crate::fsutil::open_regular(&path, OFlag::O_RDONLY, 0) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -381,7 +400,7 @@ mod tests {
     #[test]
     fn concurrent_records_all_count() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("sub").join(FILE_NAME);
+        let p = file_in(d.path());
         std::thread::scope(|s| {
             for t in 0..4 {
                 let p = &p;
@@ -404,9 +423,7 @@ mod tests {
             }
         });
         assert_eq!(std::fs::metadata(&p).unwrap().len(), FILE_SIZE as u64);
-        let c = read(p.parent().unwrap())
-            .unwrap()
-            .expect("a file of this boot");
+        let c = read(d.path()).unwrap().expect("a file of this boot");
         let add = &c.verbs[0];
         assert_eq!(add.count(), 1000);
         assert_eq!(add.by_code, vec![(Some(0), 900), (Some(7), 100)]);
@@ -418,7 +435,8 @@ mod tests {
     #[test]
     fn a_file_of_another_boot_is_ignored_then_replaced() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join(FILE_NAME);
+        let p = file_in(d.path());
+        std::fs::create_dir(p.parent().unwrap()).unwrap();
         let mut words = vec![0u64; FILE_SIZE / 8];
         words[0] = MAGIC;
         words[1] = u64::from_ne_bytes(*b"00000000");
@@ -434,10 +452,19 @@ mod tests {
     #[test]
     fn a_foreign_file_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join(FILE_NAME);
+        let p = file_in(d.path());
+        std::fs::create_dir(p.parent().unwrap()).unwrap();
         std::fs::write(&p, vec![b'x'; FILE_SIZE]).unwrap();
         update(&p, &[(HEADER_WORDS, 1)]);
         assert_eq!(std::fs::read(&p).unwrap(), vec![b'x'; FILE_SIZE]);
         assert_eq!(read(d.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_missing_state_dir_is_not_created() {
+        let d = tempfile::tempdir().unwrap();
+        let gone = d.path().join("state");
+        update(&file_in(&gone), &[(HEADER_WORDS, 1)]);
+        assert!(!gone.exists());
     }
 }

@@ -283,7 +283,7 @@ fn call_metrics_count_verbs_and_codes() {
         .unwrap()
             > 0.0
     );
-    let file = lab.state.join("calls.metrics");
+    let file = lab.state.join("locks/calls.metrics");
     assert_eq!(
         std::fs::metadata(&file).unwrap().len(),
         4096,

@@ -595,11 +595,11 @@ impl prometheus_client::collector::Collector for Collect {
                 calls.push((vec![("verb", verb.to_string()), ("code", code)], *n));
             }
         }
-        family(&mut enc, "ib_sriov_cni_calls", "CNI calls of the ib-sriov plugin on this node since boot, by verb (CNI_COMMAND) and result code (0 success, else the CNI error code; other: a code outside the known ones), from <stateDir>/calls.metrics.", MetricType::Counter, &calls)?;
-        family(&mut enc, "ib_sriov_gc_removed_attachments", "Stale attachments CNI GC restored and removed since boot (from <stateDir>/calls.metrics); GC runs are ib_sriov_cni_calls_total{verb=\"GC\"}.", MetricType::Counter, &[(vec![], s.calls.gc_removed)])?;
+        family(&mut enc, "ib_sriov_cni_calls", "CNI calls of the ib-sriov plugin on this node since boot, by verb (CNI_COMMAND) and result code (0 success, else the CNI error code; other: a code outside the known ones), from <stateDir>/locks/calls.metrics.", MetricType::Counter, &calls)?;
+        family(&mut enc, "ib_sriov_gc_removed_attachments", "Stale attachments CNI GC restored and removed since boot (from <stateDir>/locks/calls.metrics); GC runs are ib_sriov_cni_calls_total{verb=\"GC\"}.", MetricType::Counter, &[(vec![], s.calls.gc_removed)])?;
         let mut m = enc.encode_descriptor(
             "ib_sriov_cni_call_duration_seconds",
-            "Duration of the ib-sriov plugin's CNI calls, from the process start to the result written, by verb, since boot (from <stateDir>/calls.metrics).",
+            "Duration of the ib-sriov plugin's CNI calls, from the process start to the result written, by verb, since boot (from <stateDir>/locks/calls.metrics).",
             None,
             MetricType::Histogram,
         )?;
