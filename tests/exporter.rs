@@ -283,11 +283,42 @@ fn call_metrics_count_verbs_and_codes() {
         .unwrap()
             > 0.0
     );
+    assert_eq!(
+        value(&m, "ib_sriov_gc_removed_attachments_total", &[]),
+        Some(0.0)
+    );
     let file = lab.state.join("locks/calls.metrics");
     assert_eq!(
         std::fs::metadata(&file).unwrap().len(),
         4096,
         "a fixed-size file"
+    );
+
+    // GC of a network whose attachment is not listed: one GC call, one removal.
+    let mut c11 = lab.conf("1.1.0", 0);
+    lab.add("cid-g", &pod, &c11).expect_ok();
+    c11.as_object_mut().unwrap().remove("deviceID");
+    c11["cni.dev/valid-attachments"] = serde_json::json!([]);
+    lab.run("GC", "", "", &c11, &[]).expect_ok();
+    let (text, m) = scrape(&lab);
+    assert_eq!(
+        value(
+            &m,
+            "ib_sriov_cni_calls_total",
+            &[("verb", "GC"), ("code", "0")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&m, "ib_sriov_gc_removed_attachments_total", &[]),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        4096,
+        "still 4096 bytes"
     );
 }
 
