@@ -22,6 +22,9 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
 use std::path::Path;
 
+/// How long one rtnetlink reply is waited for, in seconds.
+const RECV_TIMEOUT_SECS: i64 = 2;
+
 /// A NETLINK_ROUTE socket bound to the netns it was created in.
 pub struct Route {
     sock: Socket,
@@ -69,6 +72,13 @@ impl Route {
     /// A socket in the calling thread's current netns.
     pub fn open() -> io::Result<Route> {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
+        // A reply the kernel never sends must not hang the scrape.
+        nix::sys::socket::setsockopt(
+            &sock,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(RECV_TIMEOUT_SECS, 0),
+        )
+        .map_err(io::Error::from)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
         Ok(Route {
