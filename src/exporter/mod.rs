@@ -453,7 +453,8 @@ const NETDEV: [NetdevMetric; 9] = [
 
 /// RDMA port counters in 4-byte words that are exported in bytes
 /// (Documentation/ABI/stable/sysfs-class-infiniband: `port_xmit_data`, `port_rcv_data`
-/// "divided by 4": the IBA PortCounters PortXmitData/PortRcvData count 32-bit words).
+/// are the data octets "divided by 4"; mlx5 fills them with the vport's octet counts
+/// shifted right by 2, drivers/infiniband/hw/mlx5/mad.c).
 const RDMA_WORDS: [(&str, &str, &str); 2] = [
     ("port_xmit_data", "ib_sriov_rdma_port_transmit_bytes", "Bytes the VF's RDMA port sent: sysfs /sys/class/infiniband/<dev>/ports/<port>/counters/port_xmit_data times 4 (the file counts 4-byte words, Documentation/ABI/stable/sysfs-class-infiniband)."),
     ("port_rcv_data", "ib_sriov_rdma_port_receive_bytes", "Bytes the VF's RDMA port received: sysfs .../ports/<port>/counters/port_rcv_data times 4 (4-byte words, Documentation/ABI/stable/sysfs-class-infiniband)."),
