@@ -245,3 +245,89 @@ pub fn rdma_counters(vf_dir: &Path, dev: &str) -> Vec<RdmaCounter> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::link::{Stats64, VfInfoMac};
+
+    /// A reply as the kernel sends it (emitted, then parsed back), read by [`parse`].
+    #[test]
+    fn a_links_stats_and_its_vfs_stats_are_read() {
+        let mut m = LinkMessage::default();
+        m.header.index = 7;
+        m.attributes.push(LinkAttribute::Address(vec![0xaa; 20]));
+        let mut s = Stats64::default();
+        s.rx_bytes = 1000;
+        s.tx_bytes = 2000;
+        s.rx_errors = 3;
+        s.tx_dropped = 4;
+        m.attributes.push(LinkAttribute::Stats64(s));
+        let vf = |id: u32, rx: u64| {
+            let mut mac = VfInfoMac::default();
+            mac.vf_id = id;
+            LinkVfInfo(vec![
+                VfInfo::Mac(mac),
+                VfInfo::Stats(vec![VfStats::RxBytes(rx), VfStats::TxPackets(rx / 10)]),
+            ])
+        };
+        m.attributes
+            .push(LinkAttribute::VfInfoList(vec![vf(0, 500), vf(3, 900)]));
+        let mut msg = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::NewLink(m)),
+        );
+        msg.finalize();
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.serialize(&mut buf);
+        let back = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf)
+            .unwrap()
+            .payload
+        {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let l = parse(&back);
+        assert_eq!(l.index, 7);
+        assert_eq!(l.address.len(), 20);
+        let st = l.stats.unwrap();
+        assert_eq!(
+            (st.rx_bytes, st.tx_bytes, st.rx_errors, st.tx_dropped),
+            (1000, 2000, 3, 4)
+        );
+        assert_eq!(l.vf_stats.len(), 2);
+        assert_eq!(l.vf_stats[1].0, 3);
+        assert!(l.vf_stats[1].1.contains(&VfStats::RxBytes(900)));
+    }
+
+    #[test]
+    fn rdma_counters_are_read_per_port_and_group() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = d.path().join("infiniband/mlx5_3");
+        for (p, v) in [
+            ("ports/1/counters/port_xmit_data", "12\n"),
+            ("ports/1/hw_counters/out_of_sequence", "5\n"),
+            ("ports/1/hw_counters/lifespan", "10\n"),
+            ("hw_counters/rx_write_requests", "8\n"),
+            ("ports/1/counters/not_a_number", "N/A\n"),
+        ] {
+            let f = dev.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, v).unwrap();
+        }
+        let c = rdma_counters(d.path(), "mlx5_3");
+        let got: Vec<(String, &str, String, u64)> = c
+            .into_iter()
+            .map(|c| (c.port, c.group, c.name, c.value))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("0".into(), "hw_counters", "rx_write_requests".into(), 8),
+                ("1".into(), "counters", "port_xmit_data".into(), 12),
+                ("1".into(), "hw_counters", "out_of_sequence".into(), 5),
+            ]
+        );
+        assert!(rdma_counters(d.path(), "mlx5_9").is_empty());
+    }
+}
