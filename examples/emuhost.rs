@@ -3,7 +3,7 @@
 //! `target/release/examples/emuhost` as root.
 //!
 //! ```text
-//! emuhost create --prefix P [--vfs N] [--vfio I,..] [--root DIR] [--no-ofed] [--zero-guids] [--mtu M]
+//! emuhost create --prefix P [--vfs N] [--pf1-vfs N] [--vfio I,..] [--root DIR] [--no-ofed] [--zero-guids] [--mtu M]
 //!     Creates netns P-host with the veths and the sysfs tree under DIR (created, must be
 //!     empty; default a new temp dir), keeps them, and prints the JSON description (also
 //!     stored as DIR/.emuhost.json): root, host_netns, host_netns_path, pf, vfs[] with
@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
-  emuhost create --prefix P [--vfs N] [--vfio I,..] [--root DIR] [--no-ofed] [--zero-guids] [--mtu M]
+  emuhost create --prefix P [--vfs N] [--pf1-vfs N] [--vfio I,..] [--root DIR] [--no-ofed] [--zero-guids] [--mtu M]
   emuhost describe --root DIR
   emuhost sync --root DIR
   emuhost probe --root DIR [--delay-ms MS]
@@ -42,6 +42,7 @@ struct Args {
     prefix: Option<String>,
     root: Option<PathBuf>,
     vfs: Option<u32>,
+    pf1_vfs: Option<u32>,
     vfio: Vec<u32>,
     no_ofed: bool,
     zero_guids: bool,
@@ -66,6 +67,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--prefix" => a.prefix = Some(value()?),
             "--root" => a.root = Some(PathBuf::from(value()?)),
             "--vfs" => a.vfs = Some(num(value()?)?),
+            "--pf1-vfs" => a.pf1_vfs = Some(num(value()?)?),
             "--mtu" => a.mtu = Some(num(value()?)?),
             "--delay-ms" => a.delay_ms = Some(num(value()?)?),
             "--vfio" => {
@@ -89,6 +91,7 @@ fn run(cmd: &str, a: Args) -> Result<(), String> {
             let defaults = EmuOptions::default();
             let mut host = EmuHost::try_build(EmuOptions {
                 vfs: a.vfs.unwrap_or(defaults.vfs),
+                pf1_vfs: a.pf1_vfs.unwrap_or(defaults.pf1_vfs),
                 vfio: a.vfio,
                 ofed: !a.no_ofed,
                 zero_guids: a.zero_guids,

@@ -5,6 +5,10 @@
 #                    [--samples DIR] [--store STORE] [--base BIN] [--no-go-cache] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
 #   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
+#   scripts/bench.sh --exporter [--attachments N] [--scrapes N] [--json FILE] [--check]
+#
+# --exporter: the CPU and peak RSS of one `ib-sriov exporter` scrape of 128 attachments
+# (scripts/bench_exporter.sh says what it runs and the targets --check judges).
 #
 # --storm: a start-up storm of multi-rail pods through the node's rebind queue
 # (scripts/bench_storm.sh says what it runs and the bounds it checks).
@@ -149,6 +153,10 @@ fi
 if [[ "${1:-}" == --storm ]]; then
     shift
     exec "$repo/scripts/bench_storm.sh" "$@"
+fi
+if [[ "${1:-}" == --exporter ]]; then
+    shift
+    exec "$repo/scripts/bench_exporter.sh" "$@"
 fi
 
 # ---------------------------------------------------------------------------

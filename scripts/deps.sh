@@ -15,7 +15,10 @@
 #   test    scripts/test.sh: iproute2, jq, python3; golang-go and golang-github-appc-cni-dev
 #           (the libcni 1.1.2 end-to-end driver, tests/libcni); containernetworking-plugins
 #           (host-local, static, host-device, tuning: the external-IPAM and libcni tests);
-#           file and binutils (the static-binary test reads `file` and `objdump -T`)
+#           file and binutils (the static-binary test reads `file` and `objdump -T`);
+#           strace (the exporter's read-only test); prometheus (the dashboard test runs a
+#           real Prometheus against the exporter, tests/exporter.rs); tmux (`ib-sriov top`'s
+#           test drives it in a tmux pane)
 #   lab     scripts/kernel-lab.sh: qemu-system-x86 10 *from bookworm-backports* (the `igb`
 #           SR-IOV NIC model; its qemu-system-common, qemu-system-data and seabios must come
 #           from backports too, hence `apt-get install -t bookworm-backports`),
@@ -50,7 +53,7 @@ BPO_LIST=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
 packages() {
     case "$1" in
     demo) echo "-:iproute2 -:jq" ;;
-    test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils -:strace" ;;
+    test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils -:strace -:prometheus -:tmux" ;;
     lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;

@@ -196,6 +196,10 @@ fn run_call(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     for filled in screened.defaults.apply(&mut conf) {
         log::info!("{filled}");
     }
+    // The call metrics go to this stateDir, now that the node policy allows it and the
+    // node's defaults are in (a call refused before this point counts in the default
+    // one).
+    crate::callmetrics::set_state_dir(&conf.state_dir);
     for seg in env.args.skipped() {
         log::warn!("CNI_ARGS: ignoring malformed segment {seg:?} (expected KEY=VALUE)");
     }
@@ -283,10 +287,15 @@ pub fn version_string() -> String {
 
 const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
        ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE]
+       ib-sriov exporter [--listen ADDR:PORT] [--once] [--host-root DIR] [--state-dir DIR]...
+       ib-sriov top [--interval SECONDS] [--host-root DIR] [--state-dir DIR]...
 ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
-what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").";
+what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").
+`ib-sriov exporter` serves the node's attachment counters and the plugin's call metrics
+to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metrics\");
+`ib-sriov top` shows them live in the terminal.";
 
 /// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
 /// skel do: `-v`/`--version` (Go's flag package also takes `-version`, `--v`): the
@@ -302,6 +311,20 @@ fn manual_run() -> Option<i32> {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         return Some(crate::doctor::run(&rest));
+    }
+    if args.first().is_some_and(|a| a == "top") {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Some(crate::top::run(&rest));
+    }
+    if args.first().is_some_and(|a| a == "exporter") {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return Some(crate::exporter::run(&rest));
     }
     manual_args("ib-sriov", &args, version_string, USAGE)
 }
@@ -399,6 +422,25 @@ pub fn main() -> i32 {
 /// its result or error; with `guard`, first the delegation-loop check
 /// ([`delegation_loop`]). Returns the exit code.
 fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: bool) -> i32 {
+    let (rc, code) = serve_call(verb, guard);
+    // The plugin's own call metrics, after the result is out: never in the call's way
+    // (crate::callmetrics). The IPAM plugin's calls are not counted (they are part of
+    // the ib-sriov call that delegated to it), nor a delegate refused as a loop.
+    if guard {
+        if let (Some(code), Some(t0)) = (code, process_start()) {
+            let verb = std::env::var("CNI_COMMAND").unwrap_or_default();
+            crate::callmetrics::record(&verb, code, t0.elapsed());
+        }
+    }
+    rc
+}
+
+/// [`serve`] without the call metrics: the exit code, and the CNI result code (0 on
+/// success; `None` for a delegate refused as a loop).
+fn serve_call(
+    verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>,
+    guard: bool,
+) -> (i32, Option<u32>) {
     std::panic::set_hook(Box::new(|info| {
         crate::logging::emergency(&format!("panic: {info}"))
     }));
@@ -418,20 +460,20 @@ fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: 
             )
             .to_json(Version::LATEST.as_str()),
         );
-        return 1;
+        return (1, Some(code::DECODE_FAILURE));
     }
     let version = sniff_version(&stdin)
         .filter(|v| crate::cni::parse_version(v).is_ok())
         .unwrap_or_else(|| Version::LATEST.as_str().to_string());
     if let Err(e) = read {
         emit(&CniError::new(code::IO_FAILURE, format!("reading stdin: {e}")).to_json(&version));
-        return 1;
+        return (1, Some(code::IO_FAILURE));
     }
     match delegation_loop().filter(|_| guard) {
-        Some(Ok(())) => return 0,
+        Some(Ok(())) => return (0, None),
         Some(Err(e)) => {
             emit(&e.to_json(&version));
-            return 1;
+            return (1, None);
         }
         None => {}
     }
@@ -440,12 +482,12 @@ fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: 
     match result {
         Ok(Ok(Some(v))) => {
             emit(&v);
-            0
+            (0, Some(0))
         }
-        Ok(Ok(None)) => 0,
+        Ok(Ok(None)) => (0, Some(0)),
         Ok(Err(e)) => {
             emit(&e.to_json(&version));
-            1
+            (1, Some(e.code))
         }
         Err(p) => {
             let msg = p
@@ -454,7 +496,7 @@ fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: 
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
             emit(&CniError::internal(format!("internal error (panic): {msg}")).to_json(&version));
-            1
+            (1, Some(code::INTERNAL))
         }
     }
 }

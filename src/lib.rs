@@ -9,10 +9,12 @@
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
 
 pub mod boot;
+pub mod callmetrics;
 pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod doctor;
+pub mod exporter;
 pub mod failpoint;
 pub mod fsutil;
 pub mod gocache;
@@ -26,6 +28,7 @@ pub mod plugin;
 pub mod policy;
 pub mod rdma;
 pub mod sysfs;
+pub mod top;
 pub mod types;
 pub mod vfguid;
 

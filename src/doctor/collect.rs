@@ -504,7 +504,7 @@ fn pf_vf_configs(
 /// Our journals: every stateDir found ([`super::holders::discover`]; a directory reached
 /// by two paths read once, by identity) and the Go cache dir, where earlier versions
 /// journaled. Unreadable ones noted.
-fn journal_list(
+pub(crate) fn journal_list(
     found: &super::holders::Found,
     paths: &Paths,
     notes: &mut Vec<Note>,
@@ -648,7 +648,7 @@ fn holders(
 
 /// The built-in IPAM stores: those our journals' configurations name, and every
 /// directory under the default data dir with a `boot_id` marker (only ours writes it).
-fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamNetwork> {
+pub(crate) fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamNetwork> {
     use crate::ipam::{DiskStore, IpamConfig, BOOT_MARKER_FILE};
     let mut stores: BTreeMap<(PathBuf, String), Option<IpamConfig>> = BTreeMap::new();
     for j in journals {

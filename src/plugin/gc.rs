@@ -169,6 +169,8 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
         valid.len(),
         errs.len()
     );
+    // For the exporter (`ib_sriov_gc_removed_attachments_total`); never fails GC.
+    crate::callmetrics::record_gc_removed(restored);
     ErrorList(errs).into_result(format!(
         "GC of network {} did not complete; it is safe to retry",
         conf.name

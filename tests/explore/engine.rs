@@ -3071,12 +3071,14 @@ impl World {
         for f in list(&self.state) {
             if f == "locks" {
                 for l in list(&self.state.join("locks")) {
-                    // Lock files, and the Go cache directories' indexes (a cache of
-                    // what those directories show, src/plugin/go_index.rs).
+                    // Lock files, the Go cache directories' indexes (a cache of
+                    // what those directories show, src/plugin/go_index.rs), and the
+                    // call metrics (src/callmetrics.rs).
                     if !l.ends_with(".lock")
                         && l != "rebind"
                         && l != "rebind.queue"
                         && !l.starts_with("go-cache-index.")
+                        && l != "calls.metrics"
                     {
                         left.push(format!("locks/{l}"));
                     }

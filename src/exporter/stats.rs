@@ -1,0 +1,333 @@
+//! The counters the exporter reads per attachment, read-only:
+//! - the pod's IPoIB netdev statistics: `IFLA_STATS64` (`struct rtnl_link_stats64`,
+//!   include/uapi/linux/if_link.h) of an RTM_GETLINK sent on a NETLINK_ROUTE socket
+//!   created inside the pod netns;
+//! - the PF's per-VF statistics: `IFLA_VFINFO_LIST` > `IFLA_VF_INFO` > `IFLA_VF_STATS`
+//!   (`IFLA_VF_STATS_*`, include/uapi/linux/if_link.h) of an RTM_GETLINK of the PF with
+//!   `RTEXT_FILTER_VF` (net/core/rtnetlink.c `rtnl_fill_vfinfo()`);
+//! - the RDMA device's port counters and hw_counters from sysfs
+//!   (`/sys/class/infiniband/<dev>/ports/<port>/counters/*` and `.../hw_counters/*`,
+//!   Documentation/ABI/stable/sysfs-class-infiniband), reached through the VF's PCI
+//!   device directory.
+//!
+//! One synchronous request and reply each (no runtime, no thread): a scrape of many
+//! attachments stays cheap.
+
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+use netlink_packet_route::link::{
+    LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfStats,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use std::io;
+use std::path::Path;
+
+/// How long one rtnetlink reply is waited for, in seconds.
+const RECV_TIMEOUT_SECS: i64 = 2;
+
+/// A NETLINK_ROUTE socket bound to the netns it was created in.
+pub struct Route {
+    sock: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+/// The counters of `struct rtnl_link_stats64` the exporter exports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetdevStats {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bad packets received.
+    pub rx_errors: u64,
+    /// Packets that could not be sent.
+    pub tx_errors: u64,
+    /// Packets received and dropped (no buffer, filtered).
+    pub rx_dropped: u64,
+    /// Packets dropped on send.
+    pub tx_dropped: u64,
+    /// Multicast packets received.
+    pub multicast: u64,
+}
+
+/// A link as the exporter needs it.
+#[derive(Debug, Clone, Default)]
+pub struct LinkStats {
+    /// ifindex.
+    pub index: u32,
+    /// `IFLA_ADDRESS` (20 bytes on IPoIB: flags+QPN, subnet prefix, port GUID).
+    pub address: Vec<u8>,
+    /// `IFLA_STATS64`, when sent.
+    pub stats: Option<NetdevStats>,
+    /// `IFLA_VF_STATS` of each VF (by VF index), when asked for and sent.
+    pub vf_stats: Vec<(u32, Vec<VfStats>)>,
+}
+
+impl Route {
+    /// A socket in the calling thread's current netns.
+    pub fn open() -> io::Result<Route> {
+        let mut sock = Socket::new(NETLINK_ROUTE)?;
+        // A reply the kernel never sends must not hang the scrape.
+        nix::sys::socket::setsockopt(
+            &sock,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(RECV_TIMEOUT_SECS, 0),
+        )
+        .map_err(io::Error::from)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        Ok(Route {
+            sock,
+            seq: 0,
+            buf: vec![0; 64 << 10],
+        })
+    }
+
+    /// The link named `name` (with its VF statistics when `vfs`); `None` when the netns
+    /// has none (`ENODEV`).
+    pub fn link(&mut self, name: &str, vfs: bool) -> io::Result<Option<LinkStats>> {
+        let mut lm = LinkMessage::default();
+        lm.attributes.push(LinkAttribute::IfName(name.to_string()));
+        if vfs {
+            lm.attributes
+                .push(LinkAttribute::ExtMask(vec![LinkExtentMask::Vf]));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let mut req = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::GetLink(lm)),
+        );
+        req.header.flags = NLM_F_REQUEST;
+        req.header.sequence_number = self.seq;
+        req.finalize();
+        let mut out = vec![0; req.buffer_len()];
+        req.serialize(&mut out);
+        self.sock.send(&out, 0)?;
+        loop {
+            let n = self.sock.recv(&mut &mut self.buf[..], 0)?;
+            let mut off = 0;
+            while off < n {
+                let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                let len = msg.header.length as usize;
+                if msg.header.sequence_number == self.seq {
+                    match msg.payload {
+                        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) => {
+                            return Ok(Some(parse(&m)));
+                        }
+                        NetlinkPayload::Error(e) => {
+                            let errno = e.code.map(|c| -c.get()).unwrap_or(0);
+                            if errno == nix::libc::ENODEV {
+                                return Ok(None);
+                            }
+                            return Err(io::Error::from_raw_os_error(errno));
+                        }
+                        _ => {}
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += len;
+            }
+        }
+    }
+}
+
+fn parse(m: &LinkMessage) -> LinkStats {
+    let mut l = LinkStats {
+        index: m.header.index,
+        ..LinkStats::default()
+    };
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::Address(v) => l.address = v.clone(),
+            LinkAttribute::Stats64(s) => {
+                l.stats = Some(NetdevStats {
+                    rx_bytes: s.rx_bytes,
+                    tx_bytes: s.tx_bytes,
+                    rx_packets: s.rx_packets,
+                    tx_packets: s.tx_packets,
+                    rx_errors: s.rx_errors,
+                    tx_errors: s.tx_errors,
+                    rx_dropped: s.rx_dropped,
+                    tx_dropped: s.tx_dropped,
+                    multicast: s.multicast,
+                })
+            }
+            LinkAttribute::VfInfoList(list) => {
+                for LinkVfInfo(infos) in list {
+                    let mut vf = None;
+                    let mut stats = Vec::new();
+                    for i in infos {
+                        match i {
+                            VfInfo::Mac(m) => vf = Some(m.vf_id),
+                            VfInfo::Stats(s) => stats = s.clone(),
+                            _ => {}
+                        }
+                    }
+                    if let (Some(vf), false) = (vf, stats.is_empty()) {
+                        l.vf_stats.push((vf, stats));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    l
+}
+
+/// One RDMA counter read from sysfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaCounter {
+    /// The port number.
+    pub port: String,
+    /// `counters` or `hw_counters`.
+    pub group: &'static str,
+    /// The file name (`port_xmit_data`, `out_of_sequence`, ...).
+    pub name: String,
+    /// Its value as the file gives it (unconverted).
+    pub value: u64,
+}
+
+/// Largest counter file read, in bytes.
+const MAX_COUNTER: u64 = 64;
+
+/// The port counters and hw_counters of RDMA device `dev` under `<vf_dir>/infiniband/`
+/// (every port; device-level `hw_counters` are reported with port `0`). Files that are
+/// unreadable or not numbers (some `hw_counters` files are, e.g. `lifespan`) are left
+/// out; an absent device gives nothing.
+pub fn rdma_counters(vf_dir: &Path, dev: &str) -> Vec<RdmaCounter> {
+    let mut out = Vec::new();
+    let base = vf_dir.join("infiniband").join(dev);
+    let mut read_group = |dir: &Path, port: &str, group: &'static str| {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "lifespan")
+            .collect();
+        names.sort();
+        for name in names {
+            let Ok(b) = crate::fsutil::read_regular_bounded(&dir.join(&name), MAX_COUNTER) else {
+                continue;
+            };
+            if let Ok(v) = String::from_utf8_lossy(&b).trim().parse::<u64>() {
+                out.push(RdmaCounter {
+                    port: port.to_string(),
+                    group,
+                    name,
+                    value: v,
+                });
+            }
+        }
+    };
+    read_group(&base.join("hw_counters"), "0", "hw_counters");
+    let Ok(rd) = std::fs::read_dir(base.join("ports")) else {
+        return out;
+    };
+    let mut ports: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    ports.sort();
+    for p in ports {
+        let pd = base.join("ports").join(&p);
+        read_group(&pd.join("counters"), &p, "counters");
+        read_group(&pd.join("hw_counters"), &p, "hw_counters");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::link::{Stats64, VfInfoMac};
+
+    /// A reply as the kernel sends it (emitted, then parsed back), read by [`parse`].
+    #[test]
+    fn a_links_stats_and_its_vfs_stats_are_read() {
+        let mut m = LinkMessage::default();
+        m.header.index = 7;
+        m.attributes.push(LinkAttribute::Address(vec![0xaa; 20]));
+        let mut s = Stats64::default();
+        s.rx_bytes = 1000;
+        s.tx_bytes = 2000;
+        s.rx_errors = 3;
+        s.tx_dropped = 4;
+        m.attributes.push(LinkAttribute::Stats64(s));
+        let vf = |id: u32, rx: u64| {
+            let mut mac = VfInfoMac::default();
+            mac.vf_id = id;
+            LinkVfInfo(vec![
+                VfInfo::Mac(mac),
+                VfInfo::Stats(vec![VfStats::RxBytes(rx), VfStats::TxPackets(rx / 10)]),
+            ])
+        };
+        m.attributes
+            .push(LinkAttribute::VfInfoList(vec![vf(0, 500), vf(3, 900)]));
+        let mut msg = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::NewLink(m)),
+        );
+        msg.finalize();
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.serialize(&mut buf);
+        let back = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf)
+            .unwrap()
+            .payload
+        {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let l = parse(&back);
+        assert_eq!(l.index, 7);
+        assert_eq!(l.address.len(), 20);
+        let st = l.stats.unwrap();
+        assert_eq!(
+            (st.rx_bytes, st.tx_bytes, st.rx_errors, st.tx_dropped),
+            (1000, 2000, 3, 4)
+        );
+        assert_eq!(l.vf_stats.len(), 2);
+        assert_eq!(l.vf_stats[1].0, 3);
+        assert!(l.vf_stats[1].1.contains(&VfStats::RxBytes(900)));
+    }
+
+    #[test]
+    fn rdma_counters_are_read_per_port_and_group() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = d.path().join("infiniband/mlx5_3");
+        for (p, v) in [
+            ("ports/1/counters/port_xmit_data", "12\n"),
+            ("ports/1/hw_counters/out_of_sequence", "5\n"),
+            ("ports/1/hw_counters/lifespan", "10\n"),
+            ("hw_counters/rx_write_requests", "8\n"),
+            ("ports/1/counters/not_a_number", "N/A\n"),
+        ] {
+            let f = dev.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, v).unwrap();
+        }
+        let c = rdma_counters(d.path(), "mlx5_3");
+        let got: Vec<(String, &str, String, u64)> = c
+            .into_iter()
+            .map(|c| (c.port, c.group, c.name, c.value))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("0".into(), "hw_counters", "rx_write_requests".into(), 8),
+                ("1".into(), "counters", "port_xmit_data".into(), 12),
+                ("1".into(), "hw_counters", "out_of_sequence".into(), 5),
+            ]
+        );
+        assert!(rdma_counters(d.path(), "mlx5_9").is_empty());
+    }
+}
