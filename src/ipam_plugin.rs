@@ -173,7 +173,7 @@ fn init_logging(env: &CniEnv, raw: &Value, file: Option<&Path>) {
         .and_then(|s| crate::config::parse_level(s).ok())
         .unwrap_or(log::LevelFilter::Info);
     let network = raw.get("name").and_then(Value::as_str).unwrap_or("");
-    crate::cli::init_call_log(
+    crate::process::init_call_log(
         level,
         file,
         &format!("{BUILTIN_TYPE} "),
@@ -221,7 +221,7 @@ pub fn run(stdin: &[u8]) -> Result<Option<Value>, CniError> {
         return Ok(None);
     }
     if matches!(env.command, Command::Add | Command::Del | Command::Gc) {
-        crate::cli::hold_termination_signals();
+        crate::process::hold_termination_signals();
     }
     let r = run_conf(&env, &conf);
     match &r {

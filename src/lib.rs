@@ -26,6 +26,7 @@ pub mod netlink;
 pub mod netns;
 pub mod plugin;
 pub mod policy;
+pub mod process;
 pub mod rdma;
 pub mod sysfs;
 pub mod top;

@@ -114,7 +114,7 @@ pub struct Ctx<'a> {
     pub store: JournalStore,
     /// RDMA netlink access (the kernel, or an in-memory double in tests).
     pub rdma: &'a dyn rdma::RdmaProvider,
-    /// When the verb started: the process start ([`crate::cli::process_start`]), else
+    /// When the verb started: the process start ([`crate::process::process_start`]), else
     /// the call of [`run_with`]. [`VERB_BUDGET`] counts from here.
     pub started: Instant,
     /// Set by ADD when it begins its rollback: from then on its waits are cut to
@@ -356,7 +356,7 @@ pub fn run_with(
         sysfs,
         store: journal_store(&conf.state_dir),
         rdma,
-        started: crate::cli::process_start().unwrap_or_else(Instant::now),
+        started: crate::process::process_start().unwrap_or_else(Instant::now),
         rolling_back: std::cell::Cell::new(false),
     };
     match env.command {
