@@ -9,10 +9,18 @@
 //!   (`/sys/class/infiniband/<dev>/ports/<port>/counters/*` and `.../hw_counters/*`,
 //!   Documentation/ABI/stable/sysfs-class-infiniband), reached through the VF's PCI
 //!   device directory.
+//! - in RDMA exclusive netns mode, once ADD moved the RDMA device into the pod netns
+//!   (the host's sysfs no longer lists it), its ports' hw counters over RDMA netlink:
+//!   `RDMA_NLDEV_CMD_STAT_GET` (include/uapi/rdma/rdma_netlink.h) sent on a
+//!   `NETLINK_RDMA` socket created inside the pod netns ([`rdma_counters_netlink`]).
+//!   The PMA port counters (`ports/<port>/counters/*`, e.g. `port_xmit_data`) have no
+//!   RDMA netlink request (ib_core reads them with a MAD, drivers/infiniband/core/sysfs.c
+//!   `show_pma_counter()`), so they are not read for such a device.
 //!
 //! One synchronous request and reply each (no runtime, no thread): a scrape of many
 //! attachments stays cheap.
 
+use crate::rdma::{RdmaOps, RdmaSocket};
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
 use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfStats,
@@ -242,6 +250,36 @@ pub fn rdma_counters(vf_dir: &Path, dev: &str) -> Vec<RdmaCounter> {
         let pd = base.join("ports").join(&p);
         read_group(&pd.join("counters"), &p, "counters");
         read_group(&pd.join("hw_counters"), &p, "hw_counters");
+    }
+    out
+}
+
+/// The hw counters of each port of RDMA device `dev` as seen by `sock`'s netns (the
+/// socket must be created in the netns where the device is: nldev.c looks devices up
+/// in `sock_net()`): a `RDMA_NLDEV_CMD_GET` dump for the device's index and port count,
+/// then one `RDMA_NLDEV_CMD_STAT_GET` per port ([`RdmaSocket::port_hw_counters`]).
+/// Read-only. Group `hw_counters`, ports `1..`; the device-level hw counters (sysfs
+/// `<dev>/hw_counters`, port `0`) have no STAT_GET form and are left out. An absent
+/// device, a port without hw counters or a failed request gives nothing for it.
+pub fn rdma_counters_netlink(sock: &mut RdmaSocket, dev: &str) -> Vec<RdmaCounter> {
+    let Ok(Some(d)) = sock.device_by_name(dev) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for port in 1..=d.port_count.unwrap_or(1) {
+        let Ok(Some(counters)) = sock.port_hw_counters(d.index, port) else {
+            continue;
+        };
+        let mut counters = counters;
+        counters.sort();
+        for (name, value) in counters {
+            out.push(RdmaCounter {
+                port: port.to_string(),
+                group: "hw_counters",
+                name,
+                value,
+            });
+        }
     }
     out
 }
