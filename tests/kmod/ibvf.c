@@ -288,8 +288,10 @@ static const struct net_device_ops ibvf_pf_ops = {
 	.ndo_get_vf_config = ibvf_get_vf_config,
 };
 
+static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev);
+
 static const struct net_device_ops ibvf_ipoib_ops = {
-	.ndo_start_xmit = ibvf_xmit,
+	.ndo_start_xmit = ibvf_ipoib_xmit,
 };
 
 static void ibvf_setup_ib(struct net_device *dev)
@@ -332,12 +334,39 @@ struct ibvf_dev {
 	u64 port_guid;
 	int link_state;
 	struct net_device *ipoib;	/* under RTNL; NULL once deleted by the core */
+	atomic64_t out_of_buffer;	/* test-only hw counter, see ibvf_ipoib_xmit() */
 };
 
 /* The IPoIB netdev's private data: its RDMA device (valid while it is registered). */
 struct ibvf_ipoib_priv {
 	struct ibvf_dev *v;
 };
+
+/*
+ * Test-only hw counters, so that the lab can check the exporter's RDMA counters on a
+ * device that moves into a pod netns: port 1 has mlx5's basic Q counters, with the
+ * names and order of basic_q_cnts[] in drivers/infiniband/hw/mlx5/counters.c (each a
+ * count of packets or requests). The VF has no fabric, so every frame its IPoIB netdev
+ * sends is dropped (tx_dropped); each one also counts once in out_of_buffer, which on
+ * mlx5 counts packets dropped for lack of a receive WQE. The others stay 0. Served by
+ * ib_core as <dev>/ports/1/hw_counters/<name> and RDMA_NLDEV_CMD_STAT_GET (nldev.c).
+ */
+enum { IBVF_RX_WRITE, IBVF_RX_READ, IBVF_RX_ATOMIC, IBVF_OUT_OF_BUFFER, IBVF_NUM_HW };
+
+static const struct rdma_stat_desc ibvf_hw_descs[IBVF_NUM_HW] = {
+	[IBVF_RX_WRITE] = { .name = "rx_write_requests" },
+	[IBVF_RX_READ] = { .name = "rx_read_requests" },
+	[IBVF_RX_ATOMIC] = { .name = "rx_atomic_requests" },
+	[IBVF_OUT_OF_BUFFER] = { .name = "out_of_buffer" },
+};
+
+static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev)
+{
+	struct ibvf_ipoib_priv *priv = netdev_priv(dev);
+
+	atomic64_inc(&priv->v->out_of_buffer);
+	return ibvf_xmit(skb, dev);
+}
 
 static struct ibvf_dev *to_ibvf(struct ib_device *d)
 {
@@ -406,6 +435,20 @@ static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
 	return 0;
 }
 
+static struct rdma_hw_stats *ibvf_alloc_hw_port_stats(struct ib_device *d, u32 port)
+{
+	return rdma_alloc_hw_stats_struct(ibvf_hw_descs, IBVF_NUM_HW,
+					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
+}
+
+static int ibvf_get_hw_stats(struct ib_device *d, struct rdma_hw_stats *stats,
+			     u32 port, int index)
+{
+	memset(stats->value, 0, sizeof(u64) * IBVF_NUM_HW);
+	stats->value[IBVF_OUT_OF_BUFFER] = atomic64_read(&to_ibvf(d)->out_of_buffer);
+	return IBVF_NUM_HW;
+}
+
 static void ibvf_disassociate_ucontext(struct ib_ucontext *uctx)
 {
 	/* No user contexts are ever created (no alloc_ucontext): nothing to do. */
@@ -421,6 +464,8 @@ static const struct ib_device_ops ibvf_ib_ops = {
 	.query_gid = ibvf_query_gid,
 	.query_pkey = ibvf_query_pkey,
 	.disassociate_ucontext = ibvf_disassociate_ucontext,
+	.alloc_hw_port_stats = ibvf_alloc_hw_port_stats,
+	.get_hw_stats = ibvf_get_hw_stats,
 };
 
 /* ------------------------------------------------------------------ IPoIB link ops */
