@@ -107,11 +107,22 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
             ],
         )
     };
-    let s0 = scrape(&p);
-    let (dropped0, sys0) = (
-        pod_tx_dropped(&pod),
-        pod_hw_counter(&pod, &rdma, "out_of_buffer"),
-    );
+    // A scrape and the pod's own reads taken while no frame left the netdev (the kernel
+    // may send some of its own, e.g. IPv6 neighbour discovery): tried until tx_dropped
+    // is the same before and after.
+    let stable = || {
+        for _ in 0..10 {
+            let before = pod_tx_dropped(&pod);
+            std::thread::sleep(Duration::from_millis(20));
+            let s = scrape(&p);
+            let sys = pod_hw_counter(&pod, &rdma, "out_of_buffer");
+            if pod_tx_dropped(&pod) == before {
+                return (s, before, sys);
+            }
+        }
+        panic!("the pod's netdev never stopped sending");
+    };
+    let (s0, dropped0, sys0) = stable();
     let exp0 = oob(&s0).unwrap_or_else(|| panic!("no out_of_buffer for {rdma}:\n{s0}"));
     assert_eq!(exp0, sys0, "the exporter reads what the pod's sysfs shows");
     for c in [
@@ -128,12 +139,12 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     }
 
     send_frames(&pod, FRAMES);
-    // ib_core caches hw counters for RDMA_HW_STATS_DEFAULT_LIFESPAN (10 ms).
-    std::thread::sleep(Duration::from_millis(50));
-    let s1 = scrape(&p);
-    let dropped = pod_tx_dropped(&pod) - dropped0;
+    // ib_core caches hw counters for RDMA_HW_STATS_DEFAULT_LIFESPAN (10 ms): the
+    // stable read sleeps longer than that first.
+    let (s1, dropped1, sys1) = stable();
+    let dropped = dropped1 - dropped0;
     let exp = oob(&s1).unwrap() - exp0;
-    let sys = pod_hw_counter(&pod, &rdma, "out_of_buffer") - sys0;
+    let sys = sys1 - sys0;
     eprintln!(
         "{FRAMES} frames sent: netdev tx_dropped +{dropped}, pod sysfs out_of_buffer +{sys}, \
          exporter out_of_buffer +{exp}"
@@ -146,7 +157,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     assert_eq!(sys, dropped);
     // The netdev counter of the same attachment agrees.
     let nd = series(&s1, "ib_sriov_netdev_transmit_dropped_total", &labels[..1]).unwrap();
-    assert_eq!(nd, pod_tx_dropped(&pod));
+    assert_eq!(nd, dropped1);
 
     p.run("DEL", "cid-ibexp", &pod.path(), &conf)
         .expect_ok("DEL");
