@@ -1227,3 +1227,108 @@ fn libcni_add_check_del_same_as_direct() {
     assert!(p.journals().is_empty());
     assert!(p.allocations().is_empty());
 }
+
+// ------------------------------------------------ the walk-through's path, phase 1
+
+/// `ib-sriov exporter --once` on the plugin's stateDir: the value of the series of
+/// `metric` with label `vf="<vf>"`.
+fn exporter_value(p: &Plugin, metric: &str, vf: &str) -> Option<u64> {
+    let state = p.state().display().to_string();
+    let out = run(Command::new(bin()).args(["exporter", "--once", "--state-dir", &state]));
+    text(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&format!("vf=\"{vf}\"")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+/// The acceptance path as far as this lab's kernel allows (docs/testing.md
+/// "The walk-through's acceptance test"): two pods, each with an igbvf VF that
+/// ib-sriov attached, send to each other through the emulated igb (QEMU switches VF to
+/// VF), and the exporter's netdev counters of both pods move by the traffic. Then an
+/// rxe device made on a pod's VF netdev, from inside the pod, in exclusive mode: the
+/// kernel registers it in the initial netns (the pod does not see it) and refuses to
+/// move it (`EOPNOTSUPP`: rxe has no `disassociate_ucontext`), so rping and ib_write_bw
+/// cannot run between the pods on this kernel. Every figure is printed as a
+/// `lab-figure:` line.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
+    assert_eq!(rdma_system_mode(), "exclusive");
+    let (v0, v1) = (&vfs()[0], &vfs()[1]);
+    let p = Plugin::new();
+    let (a, b) = (Pod::new("wka"), Pod::new("wkb"));
+    let (ca, cb) = (p.conf(v0), p.conf(v1));
+    let ra = p.run("ADD", "cid-wka", &a.path(), &ca).expect_ok("ADD a");
+    let rb = p.run("ADD", "cid-wkb", &b.path(), &cb).expect_ok("ADD b");
+    let ip_of = |r: &Value| {
+        r["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (ipa, ipb) = (ip_of(&ra), ip_of(&rb));
+    let tx0 = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap();
+    let rx0 = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap();
+    let ping = Command::new("ip")
+        .args([
+            "netns", "exec", &a.name, "ping", "-c", "5", "-i", "0.2", "-W", "3", &ipb,
+        ])
+        .output()
+        .unwrap();
+    eprintln!(
+        "lab-figure: ping {ipa} (pod a, VF {v0}) -> {ipb} (pod b, VF {v1}): exit {:?}\n{}",
+        ping.status.code(),
+        text(&ping.stdout)
+    );
+    assert!(ping.status.success(), "VF to VF through the emulated igb");
+    let tx = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap() - tx0;
+    let rx = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap() - rx0;
+    eprintln!(
+        "lab-figure: exporter: pod a net1 transmit_packets +{tx}, pod b net1 receive_packets +{rx}"
+    );
+    assert!(tx >= 5 && rx >= 5, "5 echo requests: tx +{tx}, rx +{rx}");
+
+    // rxe on pod a's VF netdev, made from inside the pod.
+    let add = Command::new("ip")
+        .args([
+            "netns", "exec", &a.name, "rdma", "link", "add", "rxewka", "type", "rxe", "netdev",
+            IFNAME,
+        ])
+        .output()
+        .unwrap();
+    eprintln!(
+        "lab-figure: `rdma link add rxewka type rxe netdev {IFNAME}` in pod a: exit {:?} {}",
+        add.status.code(),
+        text(&add.stderr)
+    );
+    assert!(add.status.success());
+    let _rxe = Rxe {
+        name: "rxewka".into(),
+    };
+    let in_pod = sh(&["ip", "netns", "exec", &a.name, "rdma", "dev"]);
+    let in_host = sh(&["rdma", "dev"]);
+    eprintln!("lab-figure: rdma dev in pod a: {in_pod:?}; in the host: {in_host:?}");
+    assert!(!in_pod.contains("rxewka"), "the pod does not see it");
+    assert!(
+        in_host.contains("rxewka"),
+        "registered in the initial netns"
+    );
+    let mv = Command::new("rdma")
+        .args(["dev", "set", "rxewka", "netns", &a.name])
+        .output()
+        .unwrap();
+    eprintln!(
+        "lab-figure: `rdma dev set rxewka netns <pod a>`: exit {:?} {}",
+        mv.status.code(),
+        text(&mv.stderr)
+    );
+    assert!(!mv.status.success());
+    assert!(text(&mv.stderr).contains("not supported"), "EOPNOTSUPP");
+    drop(_rxe);
+
+    p.run("DEL", "cid-wka", &a.path(), &ca).expect_ok("DEL a");
+    p.run("DEL", "cid-wkb", &b.path(), &cb).expect_ok("DEL b");
+}

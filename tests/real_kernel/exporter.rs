@@ -90,6 +90,8 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     let conf = p.ib_conf(vf, 0x0200_0000_0000_0b01, true);
     p.run("ADD", "cid-ibexp", &pod.path(), &conf)
         .expect_ok("ADD");
+    // udev's handling of the netdevs ADD re-created ends before anything else happens.
+    udev_settle();
     // The scenario: the device is in the pod, and the host's sysfs does not list it.
     assert_eq!(pod_rdma(&pod), vec![rdma.clone()]);
     assert!(!rdma_of(vf).contains(&rdma), "{rdma} hidden from the host");
