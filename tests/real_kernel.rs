@@ -1272,18 +1272,60 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
     let (ipa, ipb) = (ip_of(&ra), ip_of(&rb));
     let tx0 = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap();
     let rx0 = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap();
-    let ping = Command::new("ip")
-        .args([
-            "netns", "exec", &a.name, "ping", "-c", "5", "-i", "0.2", "-W", "3", &ipb,
-        ])
-        .output()
-        .unwrap();
-    eprintln!(
-        "lab-figure: ping {ipa} (pod a, VF {v0}) -> {ipb} (pod b, VF {v1}): exit {:?}\n{}",
-        ping.status.code(),
-        text(&ping.stdout)
-    );
-    assert!(ping.status.success(), "VF to VF through the emulated igb");
+    let diag = |what: &str| {
+        for pod in [&a, &b] {
+            for args in [
+                vec!["-n", &pod.name, "-s", "-d", "link", "show", IFNAME],
+                vec!["-n", &pod.name, "neigh"],
+            ] {
+                let o = Command::new("ip").args(&args).output().unwrap();
+                eprintln!(
+                    "lab-figure: {what}: ip {}:\n{}",
+                    args.join(" "),
+                    text(&o.stdout)
+                );
+            }
+        }
+        let o = Command::new("ip")
+            .args(["-s", "-d", "link", "show"])
+            .output()
+            .unwrap();
+        eprintln!("lab-figure: {what}: host links:\n{}", text(&o.stdout));
+    };
+    let ping = |what: &str| {
+        let o = Command::new("ip")
+            .args([
+                "netns", "exec", &a.name, "ping", "-c", "5", "-i", "0.2", "-w", "10", &ipb,
+            ])
+            .output()
+            .unwrap();
+        eprintln!(
+            "lab-figure: {what}: ping {ipa} (pod a, VF {v0}) -> {ipb} (pod b, VF {v1}): exit {:?}\n{}{}",
+            o.status.code(),
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        o.status.success()
+    };
+    if !ping("ARP") {
+        diag("after ARP ping");
+        let mac = |pod: &Pod| {
+            ip_json(&["-n", &pod.name, "link", "show", IFNAME])[0]["address"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let (ma, mb) = (mac(&a), mac(&b));
+        sh(&[
+            "ip", "-n", &a.name, "neigh", "replace", &ipb, "lladdr", &mb, "dev", IFNAME,
+        ]);
+        sh(&[
+            "ip", "-n", &b.name, "neigh", "replace", &ipa, "lladdr", &ma, "dev", IFNAME,
+        ]);
+        let ok2 = ping("static neighbours");
+        diag("after unicast ping");
+        panic!("VF to VF through the emulated igb: ARP ping failed, unicast ping ok={ok2}");
+    }
     let tx = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap() - tx0;
     let rx = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap() - rx0;
     eprintln!(
