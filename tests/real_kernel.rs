@@ -1397,3 +1397,200 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
     p.run("DEL", "cid-wka", &a.path(), &ca).expect_ok("DEL a");
     p.run("DEL", "cid-wkb", &b.path(), &cb).expect_ok("DEL b");
 }
+
+/// The link-local IPv6 address of `netdev` (its EUI-64 one, which rxe's GID 0 is).
+fn link_local(netdev: &str) -> String {
+    let v = ip_json(&["-6", "addr", "show", "dev", netdev, "scope", "link"]);
+    v[0]["addr_info"]
+        .as_array()
+        .and_then(|a| a.iter().find_map(|x| x["local"].as_str()))
+        .unwrap_or_else(|| panic!("{netdev} has no link-local address: {v}"))
+        .to_string()
+}
+
+/// `<counter>` of `/sys/class/net/<netdev>/statistics/`.
+fn netdev_stat(netdev: &str, counter: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{netdev}/statistics/{counter}"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `ports/1/hw_counters/<counter>` of rxe device `dev` (host netns).
+fn rxe_counter(dev: &str, counter: &str) -> u64 {
+    std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{dev}/ports/1/hw_counters/{counter}"
+    ))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// The nearest this lab comes to the walk-through's `rping` and `ib_write_bw` (see
+/// `walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode` for why not between
+/// pods): rxe on both igbvf VF netdevs in the host netns, traffic over their link-local
+/// IPv6 addresses (rxe's GID 0), which leaves through one VF and comes back through the
+/// other: QEMU's igb switches it VF to VF (with IPv4 the kernel would deliver it
+/// locally). Checks that rping and ib_write_bw succeed and that the VF netdevs' byte
+/// counters and rxe's packet counters move by at least what ib_write_bw moved.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn walkthrough_rping_and_ib_write_bw_over_rxe_through_the_emulated_igb() {
+    let (n0, n1) = (
+        vf_netdev(&vfs()[0], Duration::ZERO),
+        vf_netdev(&vfs()[1], Duration::ZERO),
+    );
+    let was_up: Vec<bool> = [&n0, &n1]
+        .iter()
+        .map(|n| {
+            ip_json(&["link", "show", n])[0]["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "UP")
+        })
+        .collect();
+    struct Down(Vec<(String, bool)>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            for (n, up) in &self.0 {
+                if !up {
+                    let _ = Command::new("ip").args(["link", "set", n, "down"]).status();
+                }
+            }
+        }
+    }
+    let _down = Down(vec![(n0.clone(), was_up[0]), (n1.clone(), was_up[1])]);
+    for n in [&n0, &n1] {
+        sh(&["ip", "link", "set", n, "up"]);
+    }
+    let (r0, r1) = (Rxe::on(&n0, "rxevf0"), Rxe::on(&n1, "rxevf1"));
+    // DAD of the link-local addresses, and the rxe ports' state.
+    let mut lls = (String::new(), String::new());
+    for _ in 0..100 {
+        let tentative = ip_json(&["-6", "addr", "show", "tentative"]);
+        let busy = tentative.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|l| l["ifname"] == n0.as_str() || l["ifname"] == n1.as_str())
+        });
+        if !busy {
+            lls = (link_local(&n0), link_local(&n1));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ll0, ll1) = lls;
+    assert!(!ll1.is_empty(), "DAD never ended");
+    eprintln!(
+        "lab-figure: {n0} {ll0} rxevf0; {n1} {ll1} rxevf1\n{}",
+        sh(&["rdma", "link"])
+    );
+
+    // rping over rdma_cm: server on VF 1's address, client reaches it through VF 0.
+    let server = Command::new("timeout")
+        .args([
+            "60",
+            "rping",
+            "-s",
+            "-v",
+            "-C",
+            "5",
+            "-a",
+            &format!("{ll1}%{n1}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let client = Command::new("timeout")
+        .args([
+            "60",
+            "rping",
+            "-c",
+            "-v",
+            "-C",
+            "5",
+            "-a",
+            &format!("{ll1}%{n0}"),
+        ])
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    eprintln!(
+        "lab-figure: rping client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
+        client.status.code(),
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status.code(),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(client.status.success() && server.status.success(), "rping");
+
+    // ib_write_bw: RDMA writes from rxevf0 to rxevf1 with GID 0 (the link-local
+    // addresses); perftest's own exchange goes over TCP on 127.0.0.1.
+    let (size, iters) = (65536u64, 200u64);
+    let before = (
+        netdev_stat(&n0, "tx_bytes"),
+        netdev_stat(&n1, "rx_bytes"),
+        rxe_counter("rxevf0", "sent_pkts"),
+        rxe_counter("rxevf1", "rcvd_pkts"),
+    );
+    let common = ["-x", "0", "-F", "-s", "65536", "-n", "200"];
+    let server = Command::new("timeout")
+        .args(["120", "ib_write_bw", "-d", "rxevf1"])
+        .args(common)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let client = Command::new("timeout")
+        .args(["120", "ib_write_bw", "-d", "rxevf0"])
+        .args(common)
+        .arg("127.0.0.1")
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    eprintln!(
+        "lab-figure: ib_write_bw client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
+        client.status.code(),
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status.code(),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(
+        client.status.success() && server.status.success(),
+        "ib_write_bw"
+    );
+    let after = (
+        netdev_stat(&n0, "tx_bytes"),
+        netdev_stat(&n1, "rx_bytes"),
+        rxe_counter("rxevf0", "sent_pkts"),
+        rxe_counter("rxevf1", "rcvd_pkts"),
+    );
+    let moved = size * iters;
+    eprintln!(
+        "lab-figure: ib_write_bw moved {moved} bytes; {n0} tx_bytes +{}, {n1} rx_bytes +{}, rxevf0 sent_pkts +{}, rxevf1 rcvd_pkts +{}",
+        after.0 - before.0,
+        after.1 - before.1,
+        after.2 - before.2,
+        after.3 - before.3
+    );
+    assert!(after.0 - before.0 >= moved, "VF 0 sent the writes");
+    assert!(after.1 - before.1 >= moved, "VF 1 received them");
+    // At the 1024-byte RoCE MTU perftest reports, every write is 64 packets.
+    assert!(client.status.success() && text(&client.stdout).contains("Mtu             : 1024[B]"));
+    assert_eq!(
+        after.2 - before.2,
+        moved / 1024,
+        "rxevf0 sent one packet per 1024 bytes"
+    );
+    assert!(after.3 - before.3 >= moved / 1024, "rxevf1 received them");
+    drop((r0, r1));
+}
