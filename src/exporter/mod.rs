@@ -9,7 +9,10 @@
 //! a read-only mapping), and asks rtnetlink in the host netns and in each pod's netns,
 //! and RDMA netlink in a pod's netns when the pod's RDMA device is there (exclusive
 //! mode; [`stats::rdma_counters_netlink`]) (a socket created there: the scraping thread
-//! enters the netns with `setns(2)` only to create it). It takes no lock, creates, changes and removes no file, so it can never
+//! enters the netns with `setns(2)` only to create it). For such a device it reads the
+//! counter files from a sysfs mounted in the pod netns by a short-lived thread in a
+//! private mount namespace ([`stats::rdma_counters_in_netns`]), which changes nothing
+//! on the host. It takes no lock, creates, changes and removes no file, so it can never
 //! hold up a CNI call; a journal that is being written, removed or is unreadable is
 //! counted as such and skipped. Attachments whose pod netns is gone, or is another
 //! namespace than the one ADD recorded, are skipped (a pod deleted mid-scrape).
@@ -394,12 +397,21 @@ fn attachment(
         a.rdma = stats::rdma_counters(&vf_dir, &rdma);
         // Exclusive netns mode: ADD moved the device into the pod netns, where the
         // host's sysfs cannot see it; ask RDMA netlink from a socket created there.
+        // Every counter from a sysfs mounted in the pod netns when the device is there
+        // (its hw counters answered over netlink say so), else those hw counters.
         if !vf_dir.join("infiniband").join(&rdma).exists() {
-            if let Some(Ok(Ok(mut sock))) = pod_ns
+            if let Some((ns, Ok(Ok(mut sock)))) = pod_ns
                 .as_ref()
-                .map(|ns| ns.run_in(crate::rdma::RdmaSocket::open))
+                .map(|ns| (ns, ns.run_in(crate::rdma::RdmaSocket::open)))
             {
                 a.rdma = stats::rdma_counters_netlink(&mut sock, &rdma);
+                if !a.rdma.is_empty() {
+                    if let Some(all) =
+                        stats::rdma_counters_in_netns(ns.fd(), &rdma).filter(|c| !c.is_empty())
+                    {
+                        a.rdma = all;
+                    }
+                }
             }
         }
     }

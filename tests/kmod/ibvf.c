@@ -89,6 +89,8 @@
 #include <linux/skbuff.h>
 #include <linux/delay.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_mad.h>
+#include <rdma/ib_pma.h>
 
 #define IBVF_MAX_VFS 128
 #define IBVF_PKEY_TBL_LEN 4
@@ -335,6 +337,8 @@ struct ibvf_dev {
 	int link_state;
 	struct net_device *ipoib;	/* under RTNL; NULL once deleted by the core */
 	atomic64_t out_of_buffer;	/* test-only hw counter, see ibvf_ipoib_xmit() */
+	atomic64_t xmit_octets;		/* test-only PMA counters, see ibvf_process_mad() */
+	atomic64_t xmit_packets;
 };
 
 /* The IPoIB netdev's private data: its RDMA device (valid while it is registered). */
@@ -365,6 +369,8 @@ static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev)
 	struct ibvf_ipoib_priv *priv = netdev_priv(dev);
 
 	atomic64_inc(&priv->v->out_of_buffer);
+	atomic64_add(skb->len, &priv->v->xmit_octets);
+	atomic64_inc(&priv->v->xmit_packets);
 	return ibvf_xmit(skb, dev);
 }
 
@@ -449,6 +455,47 @@ static int ibvf_get_hw_stats(struct ib_device *d, struct rdma_hw_stats *stats,
 	return IBVF_NUM_HW;
 }
 
+/*
+ * Test-only port counters, as ib_core reads them for <dev>/ports/1/counters/: a
+ * Performance Management MAD (drivers/infiniband/core/sysfs.c get_perf_mad()) answered
+ * like mlx5_ib_process_mad() answers it (drivers/infiniband/hw/mlx5/mad.c): ClassPortInfo
+ * with IB_PMA_CLASS_CAP_EXT_WIDTH, so ib_core shows the 64-bit PortCountersExtended
+ * (include/rdma/ib_pma.h struct ib_pma_portcounters_ext), where port_xmit_data counts the
+ * octets sent divided by 4 (mlx5: the vport's octet counts >> 2). Every frame the IPoIB
+ * netdev sends counts in port_xmit_data (its length / 4) and port_xmit_packets; the
+ * receive side stays 0. PortCounters (32-bit) answers all zeros.
+ */
+static int ibvf_process_mad(struct ib_device *d, int flags, u32 port,
+			    const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+			    const struct ib_mad *in, struct ib_mad *out,
+			    size_t *out_size, u16 *out_pkey_index)
+{
+	struct ibvf_dev *v = to_ibvf(d);
+	struct ib_pma_mad *pma = (struct ib_pma_mad *)out;
+
+	if (in->mad_hdr.mgmt_class != IB_MGMT_CLASS_PERF_MGMT ||
+	    in->mad_hdr.method != IB_MGMT_METHOD_GET)
+		return IB_MAD_RESULT_FAILURE;
+	memset(out, 0, sizeof(*out));
+	out->mad_hdr = in->mad_hdr;
+	out->mad_hdr.method = IB_MGMT_METHOD_GET_RESP;
+	if (in->mad_hdr.attr_id == IB_PMA_CLASS_PORT_INFO) {
+		struct ib_class_port_info *cpi = (void *)pma->data;
+
+		cpi->capability_mask = IB_PMA_CLASS_CAP_EXT_WIDTH;
+	} else if (in->mad_hdr.attr_id == IB_PMA_PORT_COUNTERS_EXT) {
+		struct ib_pma_portcounters_ext *pc = (void *)pma->data;
+
+		pc->port_select = port;
+		pc->port_xmit_data = cpu_to_be64(atomic64_read(&v->xmit_octets) >> 2);
+		pc->port_xmit_packets = cpu_to_be64(atomic64_read(&v->xmit_packets));
+		pc->port_unicast_xmit_packets = pc->port_xmit_packets;
+	} else if (in->mad_hdr.attr_id != IB_PMA_PORT_COUNTERS) {
+		return IB_MAD_RESULT_FAILURE;
+	}
+	return IB_MAD_RESULT_SUCCESS | IB_MAD_RESULT_REPLY;
+}
+
 static void ibvf_disassociate_ucontext(struct ib_ucontext *uctx)
 {
 	/* No user contexts are ever created (no alloc_ucontext): nothing to do. */
@@ -464,6 +511,7 @@ static const struct ib_device_ops ibvf_ib_ops = {
 	.query_gid = ibvf_query_gid,
 	.query_pkey = ibvf_query_pkey,
 	.disassociate_ucontext = ibvf_disassociate_ucontext,
+	.process_mad = ibvf_process_mad,
 	.alloc_hw_port_stats = ibvf_alloc_hw_port_stats,
 	.get_hw_stats = ibvf_get_hw_stats,
 };

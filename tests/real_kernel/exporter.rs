@@ -48,7 +48,12 @@ fn series(scrape: &str, metric: &str, labels: &[(&str, &str)]) -> Option<u64> {
 
 /// `<dev>/ports/1/hw_counters/<name>` read in the pod's own sysfs.
 fn pod_hw_counter(pod: &Pod, dev: &str, name: &str) -> u64 {
-    let f = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters/{name}");
+    pod_counter(pod, dev, "hw_counters", name)
+}
+
+/// `<dev>/ports/1/<group>/<name>` read in the pod's own sysfs.
+fn pod_counter(pod: &Pod, dev: &str, group: &str, name: &str) -> u64 {
+    let f = format!("/sys/class/infiniband/{dev}/ports/1/{group}/{name}");
     sh(&["ip", "netns", "exec", &pod.name, "cat", &f])
         .trim()
         .parse()
@@ -118,13 +123,15 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
             std::thread::sleep(Duration::from_millis(20));
             let s = scrape(&p);
             let sys = pod_hw_counter(&pod, &rdma, "out_of_buffer");
+            let words = pod_counter(&pod, &rdma, "counters", "port_xmit_data");
+            let pkts = pod_counter(&pod, &rdma, "counters", "port_xmit_packets");
             if pod_tx_dropped(&pod) == before {
-                return (s, before, sys);
+                return (s, before, sys, words, pkts);
             }
         }
         panic!("the pod's netdev never stopped sending");
     };
-    let (s0, dropped0, sys0) = stable();
+    let (s0, dropped0, sys0, words0, pkts0) = stable();
     let exp0 = oob(&s0).unwrap_or_else(|| panic!("no out_of_buffer for {rdma}:\n{s0}"));
     assert_eq!(exp0, sys0, "the exporter reads what the pod's sysfs shows");
     for c in [
@@ -140,10 +147,30 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
         );
     }
 
+    // The PMA port counters (sysfs only, read from a sysfs mounted in the pod netns):
+    // bytes are 4 x the 4-byte words the pod's sysfs shows.
+    let port = |s: &str, metric: &str, counter: Option<&str>| {
+        let mut l = vec![labels[0], labels[1], ("port", "1")];
+        if let Some(c) = counter {
+            l.push(("counter", c));
+        }
+        series(s, metric, &l).unwrap_or_else(|| panic!("no {metric} {counter:?}:\n{s}"))
+    };
+    let tx_bytes = |s: &str| port(s, "ib_sriov_rdma_port_transmit_bytes_total", None);
+    let tx_pkts = |s: &str| {
+        port(
+            s,
+            "ib_sriov_rdma_port_counter_total",
+            Some("port_xmit_packets"),
+        )
+    };
+    assert_eq!(tx_bytes(&s0), 4 * words0, "port_xmit_data words in bytes");
+    assert_eq!(tx_pkts(&s0), pkts0);
+
     send_frames(&pod, FRAMES);
     // ib_core caches hw counters for RDMA_HW_STATS_DEFAULT_LIFESPAN (10 ms): the
     // stable read sleeps longer than that first.
-    let (s1, dropped1, sys1) = stable();
+    let (s1, dropped1, sys1, words1, pkts1) = stable();
     let dropped = dropped1 - dropped0;
     let exp = oob(&s1).unwrap() - exp0;
     let sys = sys1 - sys0;
@@ -152,6 +179,20 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
          exporter out_of_buffer +{exp}"
     );
     assert!(dropped >= FRAMES, "tx_dropped +{dropped}");
+    let (bytes, pkts) = (tx_bytes(&s1) - tx_bytes(&s0), tx_pkts(&s1) - tx_pkts(&s0));
+    eprintln!(
+        "port counters: pod sysfs port_xmit_data +{} words, port_xmit_packets +{}; exporter \
+         ib_sriov_rdma_port_transmit_bytes +{bytes}, port_xmit_packets +{pkts}",
+        words1 - words0,
+        pkts1 - pkts0
+    );
+    assert_eq!(bytes, 4 * (words1 - words0));
+    assert_eq!(pkts, pkts1 - pkts0);
+    assert_eq!(pkts, dropped, "one packet per frame the netdev sent");
+    assert!(
+        bytes >= FRAMES * 64,
+        "at least the {FRAMES} frames of 64 bytes"
+    );
     assert_eq!(
         exp, dropped,
         "the exporter's counter moved by the frames sent"
