@@ -14,8 +14,11 @@ use super::*;
 /// Frames sent through the pod's IPoIB netdev.
 const FRAMES: u64 = 7;
 
-/// The exporter's one scrape of the plugin's stateDir.
+/// The exporter's one scrape of the plugin's stateDir. It mounts a sysfs in the pod
+/// netns only in a private mount namespace: the host's mounts are the same after it.
 fn scrape(p: &Plugin) -> String {
+    let mounts = || std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let before = mounts();
     let state = p.state().display().to_string();
     let out = Command::new(bin())
         .args(["exporter", "--once", "--state-dir", &state])
@@ -25,6 +28,11 @@ fn scrape(p: &Plugin) -> String {
         out.status.success(),
         "exporter --once: {}",
         text(&out.stderr)
+    );
+    assert_eq!(
+        mounts(),
+        before,
+        "the exporter changed no mount of the host"
     );
     text(&out.stdout)
 }
