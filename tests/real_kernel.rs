@@ -1584,12 +1584,13 @@ fn walkthrough_rping_and_ib_write_bw_over_rxe_through_the_emulated_igb() {
     );
     assert!(after.0 - before.0 >= moved, "VF 0 sent the writes");
     assert!(after.1 - before.1 >= moved, "VF 1 received them");
-    // At the 1024-byte RoCE MTU perftest reports, every write is 64 packets.
+    // At the 1024-byte RoCE MTU perftest reports, every write is at least 64 packets.
     assert!(client.status.success() && text(&client.stdout).contains("Mtu             : 1024[B]"));
-    assert_eq!(
-        after.2 - before.2,
-        moved / 1024,
-        "rxevf0 sent one packet per 1024 bytes"
+    // One packet per 1024 bytes, and more when rxe retransmits (a busy guest: +12,888
+    // in one run).
+    assert!(
+        after.2 - before.2 >= moved / 1024,
+        "rxevf0 sent at least one packet per 1024 bytes"
     );
     assert!(after.3 - before.3 >= moved / 1024, "rxevf1 received them");
     drop((r0, r1));
