@@ -1296,18 +1296,22 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
     // has no ping), counted by the receiver.
     const N: u64 = 20;
     let ping = |what: &str| {
-        let rx = Command::new("ip")
+        let mut rx = Command::new("ip")
             .args(["netns", "exec", &b.name, "python3", "-c"])
             .arg(format!(
                 "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-                 s.bind(('{ipb}', 5555))\ns.settimeout(5)\nn = 0\ntry:\n    \
+                 s.bind(('{ipb}', 5555))\nprint('ready', flush=True)\ns.settimeout(5)\nn = 0\ntry:\n    \
                  while n < {N}:\n        s.recv(2048)\n        n += 1\n\
                  except socket.timeout:\n    pass\nprint(n)\n"
             ))
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
+        // Sent once the receiver is bound (python starts slowly in the TCG guest).
+        let mut out = std::io::BufReader::new(rx.stdout.take().unwrap());
+        let mut ready = String::new();
+        std::io::BufRead::read_line(&mut out, &mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready");
         sh(&[
             "ip",
             "netns",
@@ -1321,10 +1325,10 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
                  time.sleep(0.05)\n"
             ),
         ]);
-        let got: u64 = text(&rx.wait_with_output().unwrap().stdout)
-            .trim()
-            .parse()
-            .unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(rx.wait().unwrap().success());
+        let got: u64 = rest.trim().parse().unwrap();
         eprintln!(
             "lab-figure: {what}: {N} UDP datagrams of 1000 bytes {ipa} (pod a, VF {v0}) -> {ipb} (pod b, VF {v1}): {got} received"
         );
