@@ -54,7 +54,7 @@ packages() {
     case "$1" in
     demo) echo "-:iproute2 -:jq" ;;
     test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils -:strace -:prometheus -:tmux" ;;
-    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev" ;;
+    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev -:rdmacm-utils -:perftest -:ibverbs-providers" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;
     cross-aarch64 | cross-powerpc64le | cross-s390x)

@@ -1227,3 +1227,375 @@ fn libcni_add_check_del_same_as_direct() {
     assert!(p.journals().is_empty());
     assert!(p.allocations().is_empty());
 }
+
+// ------------------------------------------------ the walk-through's path, phase 1
+
+/// `ib-sriov exporter --once` on the plugin's stateDir: the value of the series of
+/// `metric` with label `vf="<vf>"`.
+fn exporter_value(p: &Plugin, metric: &str, vf: &str) -> Option<u64> {
+    let state = p.state().display().to_string();
+    let out = run(Command::new(bin()).args(["exporter", "--once", "--state-dir", &state]));
+    text(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&format!("vf=\"{vf}\"")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+/// The issue's acceptance path as far as this lab's kernel allows (docs/testing.md
+/// "The walk-through's acceptance test"): two pods, each with an igbvf VF that
+/// ib-sriov attached, send to each other through the emulated igb (QEMU switches VF to
+/// VF), and the exporter's netdev counters of both pods move by the traffic. Then an
+/// rxe device made on a pod's VF netdev, from inside the pod, in exclusive mode: the
+/// kernel registers it in the initial netns (the pod does not see it) and refuses to
+/// move it (`EOPNOTSUPP`: rxe has no `disassociate_ucontext`), so rping and ib_write_bw
+/// cannot run between the pods on this kernel. Every figure is printed as a
+/// `lab-figure:` line.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
+    assert_eq!(rdma_system_mode(), "exclusive");
+    let (v0, v1) = (&vfs()[0], &vfs()[1]);
+    let p = Plugin::new();
+    let (a, b) = (Pod::new("wka"), Pod::new("wkb"));
+    let (ca, cb) = (p.conf(v0), p.conf(v1));
+    let ra = p.run("ADD", "cid-wka", &a.path(), &ca).expect_ok("ADD a");
+    let rb = p.run("ADD", "cid-wkb", &b.path(), &cb).expect_ok("ADD b");
+    let ip_of = |r: &Value| {
+        r["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (ipa, ipb) = (ip_of(&ra), ip_of(&rb));
+    let tx0 = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap();
+    let rx0 = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap();
+    let diag = |what: &str| {
+        for pod in [&a, &b] {
+            for args in [
+                vec!["-n", &pod.name, "-s", "-d", "link", "show", IFNAME],
+                vec!["-n", &pod.name, "neigh"],
+            ] {
+                let o = Command::new("ip").args(&args).output().unwrap();
+                eprintln!(
+                    "lab-figure: {what}: ip {}:\n{}",
+                    args.join(" "),
+                    text(&o.stdout)
+                );
+            }
+        }
+        let o = Command::new("ip")
+            .args(["-s", "-d", "link", "show"])
+            .output()
+            .unwrap();
+        eprintln!("lab-figure: {what}: host links:\n{}", text(&o.stdout));
+    };
+    // UDP datagrams from pod a to pod b (python3: the guest boots the host's root, which
+    // has no ping), counted by the receiver.
+    const N: u64 = 20;
+    let ping = |what: &str| {
+        let mut rx = Command::new("ip")
+            .args(["netns", "exec", &b.name, "python3", "-c"])
+            .arg(format!(
+                "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 s.bind(('{ipb}', 5555))\nprint('ready', flush=True)\ns.settimeout(5)\nn = 0\ntry:\n    \
+                 while n < {N}:\n        s.recv(2048)\n        n += 1\n\
+                 except socket.timeout:\n    pass\nprint(n)\n"
+            ))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Sent once the receiver is bound (python starts slowly in the TCG guest).
+        let mut out = std::io::BufReader::new(rx.stdout.take().unwrap());
+        let mut ready = String::new();
+        std::io::BufRead::read_line(&mut out, &mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready");
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &a.name,
+            "python3",
+            "-c",
+            &format!(
+                "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 for _ in range({N}):\n    s.sendto(bytes(1000), ('{ipb}', 5555))\n    \
+                 time.sleep(0.05)\n"
+            ),
+        ]);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(rx.wait().unwrap().success());
+        let got: u64 = rest.trim().parse().unwrap();
+        eprintln!(
+            "lab-figure: {what}: {N} UDP datagrams of 1000 bytes {ipa} (pod a, VF {v0}) -> {ipb} (pod b, VF {v1}): {got} received"
+        );
+        got == N
+    };
+    if !ping("ARP") {
+        diag("after ARP ping");
+        let mac = |pod: &Pod| {
+            ip_json(&["-n", &pod.name, "link", "show", IFNAME])[0]["address"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let (ma, mb) = (mac(&a), mac(&b));
+        sh(&[
+            "ip", "-n", &a.name, "neigh", "replace", &ipb, "lladdr", &mb, "dev", IFNAME,
+        ]);
+        sh(&[
+            "ip", "-n", &b.name, "neigh", "replace", &ipa, "lladdr", &ma, "dev", IFNAME,
+        ]);
+        let ok2 = ping("static neighbours");
+        diag("after unicast ping");
+        panic!("VF to VF through the emulated igb: ARP ping failed, unicast ping ok={ok2}");
+    }
+    let tx = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap() - tx0;
+    let rx = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap() - rx0;
+    eprintln!(
+        "lab-figure: exporter: pod a net1 transmit_packets +{tx}, pod b net1 receive_packets +{rx}"
+    );
+    assert!(tx >= N && rx >= N, "{N} datagrams: tx +{tx}, rx +{rx}");
+
+    // rxe on pod a's VF netdev, made from inside the pod.
+    let add = Command::new("ip")
+        .args([
+            "netns", "exec", &a.name, "rdma", "link", "add", "rxewka", "type", "rxe", "netdev",
+            IFNAME,
+        ])
+        .output()
+        .unwrap();
+    eprintln!(
+        "lab-figure: `rdma link add rxewka type rxe netdev {IFNAME}` in pod a: exit {:?} {}",
+        add.status.code(),
+        text(&add.stderr)
+    );
+    assert!(add.status.success());
+    let _rxe = Rxe {
+        name: "rxewka".into(),
+    };
+    let in_pod = sh(&["ip", "netns", "exec", &a.name, "rdma", "dev"]);
+    let in_host = sh(&["rdma", "dev"]);
+    eprintln!("lab-figure: rdma dev in pod a: {in_pod:?}; in the host: {in_host:?}");
+    assert!(!in_pod.contains("rxewka"), "the pod does not see it");
+    assert!(
+        in_host.contains("rxewka"),
+        "registered in the initial netns"
+    );
+    let mv = Command::new("rdma")
+        .args(["dev", "set", "rxewka", "netns", &a.name])
+        .output()
+        .unwrap();
+    eprintln!(
+        "lab-figure: `rdma dev set rxewka netns <pod a>`: exit {:?} {}",
+        mv.status.code(),
+        text(&mv.stderr)
+    );
+    assert!(!mv.status.success());
+    assert!(text(&mv.stderr).contains("not supported"), "EOPNOTSUPP");
+    drop(_rxe);
+
+    p.run("DEL", "cid-wka", &a.path(), &ca).expect_ok("DEL a");
+    p.run("DEL", "cid-wkb", &b.path(), &cb).expect_ok("DEL b");
+}
+
+/// The link-local IPv6 address of `netdev` (its EUI-64 one, which rxe's GID 0 is).
+fn link_local(netdev: &str) -> String {
+    let v = ip_json(&["-6", "addr", "show", "dev", netdev, "scope", "link"]);
+    v[0]["addr_info"]
+        .as_array()
+        .and_then(|a| a.iter().find_map(|x| x["local"].as_str()))
+        .unwrap_or_else(|| panic!("{netdev} has no link-local address: {v}"))
+        .to_string()
+}
+
+/// `<counter>` of `/sys/class/net/<netdev>/statistics/`.
+fn netdev_stat(netdev: &str, counter: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{netdev}/statistics/{counter}"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `ports/1/hw_counters/<counter>` of rxe device `dev` (host netns).
+fn rxe_counter(dev: &str, counter: &str) -> u64 {
+    std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{dev}/ports/1/hw_counters/{counter}"
+    ))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// The nearest this lab comes to the walk-through's `rping` and `ib_write_bw` (see
+/// `walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode` for why not between
+/// pods): rxe on both igbvf VF netdevs in the host netns, traffic over their link-local
+/// IPv6 addresses (rxe's GID 0), which leaves through one VF and comes back through the
+/// other: QEMU's igb switches it VF to VF (with IPv4 the kernel would deliver it
+/// locally). Checks that rping and ib_write_bw succeed and that the VF netdevs' byte
+/// counters and rxe's packet counters move by at least what ib_write_bw moved.
+#[test]
+#[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
+fn walkthrough_rping_and_ib_write_bw_over_rxe_through_the_emulated_igb() {
+    let (n0, n1) = (
+        vf_netdev(&vfs()[0], Duration::ZERO),
+        vf_netdev(&vfs()[1], Duration::ZERO),
+    );
+    let was_up: Vec<bool> = [&n0, &n1]
+        .iter()
+        .map(|n| {
+            ip_json(&["link", "show", n])[0]["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "UP")
+        })
+        .collect();
+    struct Down(Vec<(String, bool)>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            for (n, up) in &self.0 {
+                if !up {
+                    let _ = Command::new("ip").args(["link", "set", n, "down"]).status();
+                }
+            }
+        }
+    }
+    let _down = Down(vec![(n0.clone(), was_up[0]), (n1.clone(), was_up[1])]);
+    for n in [&n0, &n1] {
+        sh(&["ip", "link", "set", n, "up"]);
+    }
+    let (r0, r1) = (Rxe::on(&n0, "rxevf0"), Rxe::on(&n1, "rxevf1"));
+    // DAD of the link-local addresses, and the rxe ports' state.
+    let mut lls = (String::new(), String::new());
+    for _ in 0..100 {
+        let tentative = ip_json(&["-6", "addr", "show", "tentative"]);
+        let busy = tentative.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|l| l["ifname"] == n0.as_str() || l["ifname"] == n1.as_str())
+        });
+        if !busy {
+            lls = (link_local(&n0), link_local(&n1));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ll0, ll1) = lls;
+    assert!(!ll1.is_empty(), "DAD never ended");
+    eprintln!(
+        "lab-figure: {n0} {ll0} rxevf0; {n1} {ll1} rxevf1\n{}",
+        sh(&["rdma", "link"])
+    );
+
+    // rping over rdma_cm: server on VF 1's address, client reaches it through VF 0.
+    let server = Command::new("timeout")
+        .args([
+            "60",
+            "rping",
+            "-s",
+            "-v",
+            "-C",
+            "5",
+            "-a",
+            &format!("{ll1}%{n1}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let client = Command::new("timeout")
+        .args([
+            "60",
+            "rping",
+            "-c",
+            "-v",
+            "-C",
+            "5",
+            "-a",
+            &format!("{ll1}%{n0}"),
+        ])
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    eprintln!(
+        "lab-figure: rping client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
+        client.status.code(),
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status.code(),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(client.status.success() && server.status.success(), "rping");
+
+    // ib_write_bw: RDMA writes from rxevf0 to rxevf1 with GID 0 (the link-local
+    // addresses); perftest's own exchange goes over TCP on 127.0.0.1.
+    let (size, iters) = (65536u64, 200u64);
+    let before = (
+        netdev_stat(&n0, "tx_bytes"),
+        netdev_stat(&n1, "rx_bytes"),
+        rxe_counter("rxevf0", "sent_pkts"),
+        rxe_counter("rxevf1", "rcvd_pkts"),
+    );
+    let common = ["-x", "0", "-F", "-s", "65536", "-n", "200"];
+    let server = Command::new("timeout")
+        .args(["120", "ib_write_bw", "-d", "rxevf1"])
+        .args(common)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let client = Command::new("timeout")
+        .args(["120", "ib_write_bw", "-d", "rxevf0"])
+        .args(common)
+        .arg("127.0.0.1")
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    eprintln!(
+        "lab-figure: ib_write_bw client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
+        client.status.code(),
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status.code(),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(
+        client.status.success() && server.status.success(),
+        "ib_write_bw"
+    );
+    let after = (
+        netdev_stat(&n0, "tx_bytes"),
+        netdev_stat(&n1, "rx_bytes"),
+        rxe_counter("rxevf0", "sent_pkts"),
+        rxe_counter("rxevf1", "rcvd_pkts"),
+    );
+    let moved = size * iters;
+    eprintln!(
+        "lab-figure: ib_write_bw moved {moved} bytes; {n0} tx_bytes +{}, {n1} rx_bytes +{}, rxevf0 sent_pkts +{}, rxevf1 rcvd_pkts +{}",
+        after.0 - before.0,
+        after.1 - before.1,
+        after.2 - before.2,
+        after.3 - before.3
+    );
+    assert!(after.0 - before.0 >= moved, "VF 0 sent the writes");
+    assert!(after.1 - before.1 >= moved, "VF 1 received them");
+    // At the 1024-byte RoCE MTU perftest reports, every write is at least 64 packets.
+    assert!(client.status.success() && text(&client.stdout).contains("Mtu             : 1024[B]"));
+    // One packet per 1024 bytes, and more when rxe retransmits (a busy guest: +12,888
+    // in one run).
+    assert!(
+        after.2 - before.2 >= moved / 1024,
+        "rxevf0 sent at least one packet per 1024 bytes"
+    );
+    assert!(after.3 - before.3 >= moved / 1024, "rxevf1 received them");
+    drop((r0, r1));
+}

@@ -6,9 +6,13 @@
 //!
 //! Read-only: it reads our journals, sysfs, `/proc`, the built-in IPAM stores, the
 //! rebind queue's directory and the call metrics file ([`crate::callmetrics`], through
-//! a read-only mapping), and asks rtnetlink in the host netns and in each pod's netns
-//! (a socket created there: the scraping thread enters the netns with `setns(2)` only to
-//! create it). It takes no lock, creates, changes and removes no file, so it can never
+//! a read-only mapping), and asks rtnetlink in the host netns and in each pod's netns,
+//! and RDMA netlink in a pod's netns when the pod's RDMA device is there (exclusive
+//! mode; [`stats::rdma_counters_netlink`]) (a socket created there: the scraping thread
+//! enters the netns with `setns(2)` only to create it). For such a device it reads the
+//! counter files from a sysfs mounted in the pod netns by a short-lived thread in a
+//! private mount namespace ([`stats::rdma_counters_in_netns`]), which changes nothing
+//! on the host. It takes no lock, creates, changes and removes no file, so it can never
 //! hold up a CNI call; a journal that is being written, removed or is unreadable is
 //! counted as such and skipped. Attachments whose pod netns is gone, or is another
 //! namespace than the one ADD recorded, are skipped (a pod deleted mid-scrape).
@@ -322,6 +326,7 @@ fn attachment(
         ..Attachment::default()
     };
     let mut hwaddr = Vec::new();
+    let mut pod_ns = None;
     if !j.vfio {
         let p = j.netns.as_deref().filter(|p| !p.is_empty())?;
         let ns = NetNs::open(paths.host(Path::new(p))).ok()?;
@@ -339,6 +344,7 @@ fn attachment(
                 hwaddr = l.address;
             }
         }
+        pod_ns = Some(ns);
     }
     let pod = j.pod.clone().unwrap_or(crate::journal::PodRef {
         namespace: String::new(),
@@ -387,7 +393,27 @@ fn attachment(
         }
     }
     if !rdma.is_empty() {
-        a.rdma = stats::rdma_counters(&sysfs.pci_device_dir(j.vf), &rdma);
+        let vf_dir = sysfs.pci_device_dir(j.vf);
+        a.rdma = stats::rdma_counters(&vf_dir, &rdma);
+        // Exclusive netns mode: ADD moved the device into the pod netns, where the
+        // host's sysfs cannot see it; ask RDMA netlink from a socket created there.
+        // Every counter from a sysfs mounted in the pod netns when the device is there
+        // (its hw counters answered over netlink say so), else those hw counters.
+        if !vf_dir.join("infiniband").join(&rdma).exists() {
+            if let Some((ns, Ok(Ok(mut sock)))) = pod_ns
+                .as_ref()
+                .map(|ns| (ns, ns.run_in(crate::rdma::RdmaSocket::open)))
+            {
+                a.rdma = stats::rdma_counters_netlink(&mut sock, &rdma);
+                if !a.rdma.is_empty() {
+                    if let Some(all) =
+                        stats::rdma_counters_in_netns(ns.fd(), &rdma).filter(|c| !c.is_empty())
+                    {
+                        a.rdma = all;
+                    }
+                }
+            }
+        }
     }
     Some(a)
 }
@@ -520,7 +546,7 @@ impl prometheus_client::collector::Collector for Collect {
         }
         for (group, name, help) in [
             ("counters", "ib_sriov_rdma_port_counter", "An RDMA port counter of the VF's RDMA device as sysfs gives it, unconverted (/sys/class/infiniband/<dev>/ports/<port>/counters/<counter>, Documentation/ABI/stable/sysfs-class-infiniband; port_xmit_data and port_rcv_data count 4-byte words: see ib_sriov_rdma_port_*_bytes)."),
-            ("hw_counters", "ib_sriov_rdma_hw_counter", "An RDMA hardware counter of the VF's RDMA device (/sys/class/infiniband/<dev>/ports/<port>/hw_counters/<counter>, or the device's own hw_counters with port 0; Documentation/ABI/stable/sysfs-class-infiniband, names per driver, e.g. mlx5: Documentation/admin-guide/infiniband.rst, drivers/infiniband/hw/mlx5/counters.c)."),
+            ("hw_counters", "ib_sriov_rdma_hw_counter", "An RDMA hardware counter of the VF's RDMA device (/sys/class/infiniband/<dev>/ports/<port>/hw_counters/<counter>, or the device's own hw_counters with port 0; Documentation/ABI/stable/sysfs-class-infiniband, names per driver, e.g. mlx5: drivers/infiniband/hw/mlx5/counters.c). When the device is in the pod netns (RDMA exclusive netns mode), the same per-port counters read over RDMA netlink in the pod netns (RDMA_NLDEV_CMD_STAT_GET, include/uapi/rdma/rdma_netlink.h)."),
         ] {
             let series: Vec<(Labels, u64)> = s
                 .attachments

@@ -9,10 +9,20 @@
 //!   (`/sys/class/infiniband/<dev>/ports/<port>/counters/*` and `.../hw_counters/*`,
 //!   Documentation/ABI/stable/sysfs-class-infiniband), reached through the VF's PCI
 //!   device directory.
+//! - in RDMA exclusive netns mode, once ADD moved the RDMA device into the pod netns
+//!   (the host's sysfs no longer lists it), its ports' hw counters over RDMA netlink:
+//!   `RDMA_NLDEV_CMD_STAT_GET` (include/uapi/rdma/rdma_netlink.h) sent on a
+//!   `NETLINK_RDMA` socket created inside the pod netns ([`rdma_counters_netlink`]).
+//!   The PMA port counters (`ports/<port>/counters/*`, e.g. `port_xmit_data`) have no
+//!   RDMA netlink request (ib_core reads them with a MAD, drivers/infiniband/core/sysfs.c
+//!   `show_pma_counter()`): for such a device every counter file is read from a sysfs
+//!   mounted in the pod netns, in a private mount namespace of a short-lived thread
+//!   ([`rdma_counters_in_netns`]), which shows the device as the pod sees it.
 //!
 //! One synchronous request and reply each (no runtime, no thread): a scrape of many
 //! attachments stays cheap.
 
+use crate::rdma::{RdmaOps, RdmaSocket};
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
 use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfStats,
@@ -20,6 +30,7 @@ use netlink_packet_route::link::{
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 /// How long one rtnetlink reply is waited for, in seconds.
@@ -246,6 +257,85 @@ pub fn rdma_counters(vf_dir: &Path, dev: &str) -> Vec<RdmaCounter> {
     out
 }
 
+/// The hw counters of each port of RDMA device `dev` as seen by `sock`'s netns (the
+/// socket must be created in the netns where the device is: nldev.c looks devices up
+/// in `sock_net()`): a `RDMA_NLDEV_CMD_GET` dump for the device's index and port count,
+/// then one `RDMA_NLDEV_CMD_STAT_GET` per port ([`RdmaSocket::port_hw_counters`]).
+/// Read-only. Group `hw_counters`, ports `1..`; the device-level hw counters (sysfs
+/// `<dev>/hw_counters`, port `0`) have no STAT_GET form and are left out. An absent
+/// device, a port without hw counters or a failed request gives nothing for it.
+pub fn rdma_counters_netlink(sock: &mut RdmaSocket, dev: &str) -> Vec<RdmaCounter> {
+    let Ok(Some(d)) = sock.device_by_name(dev) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for port in 1..=d.port_count.unwrap_or(1) {
+        let Ok(Some(counters)) = sock.port_hw_counters(d.index, port) else {
+            continue;
+        };
+        let mut counters = counters;
+        counters.sort();
+        for (name, value) in counters {
+            out.push(RdmaCounter {
+                port: port.to_string(),
+                group: "hw_counters",
+                name,
+                value,
+            });
+        }
+    }
+    out
+}
+
+/// Every counter of RDMA device `dev` (the groups and ports of [`rdma_counters`]) as a
+/// sysfs mounted in network namespace `ns` lists them: in exclusive RDMA netns mode a
+/// sysfs instance shows the RDMA devices of the netns it was mounted in
+/// (`/sys/class/infiniband` is tagged by network namespace, drivers/infiniband/core/device.c
+/// `ib_class`'s `ns_type`), and the host's `/sys` was mounted in the host netns.
+///
+/// As `ip netns exec` does (iproute2 lib/namespace.c `netns_switch()`), but in a
+/// short-lived thread of its own so that nothing else changes: the thread unshares its
+/// mount namespace (`unshare(CLONE_NEWNS)`, which also unshares its filesystem context),
+/// makes every mount in it a slave (`MS_SLAVE | MS_REC`: nothing it does propagates to
+/// the host's mounts), enters `ns` (`setns(CLONE_NEWNET)`), detaches its `/sys` and
+/// mounts a read-only sysfs there, reads, and exits, which frees that mount namespace.
+/// No file on the host changes. Needs `CAP_SYS_ADMIN` (as the `setns(2)` of the netdev
+/// counters does). `None` when any of these steps is refused.
+pub fn rdma_counters_in_netns(ns: BorrowedFd<'_>, dev: &str) -> Option<Vec<RdmaCounter>> {
+    with_netns_sysfs(ns, |sys| rdma_counters(&sys.join("class"), dev))
+}
+
+/// Runs `f` with the root of a sysfs mounted in network namespace `ns` (see
+/// [`rdma_counters_in_netns`] for how), in a short-lived thread; `None` when a step is
+/// refused.
+pub fn with_netns_sysfs<T: Send>(
+    ns: BorrowedFd<'_>,
+    f: impl FnOnce(&Path) -> T + Send,
+) -> Option<T> {
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    use nix::sched::{setns, unshare, CloneFlags};
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                unshare(CloneFlags::CLONE_NEWNS).ok()?;
+                let none: Option<&str> = None;
+                mount(none, "/", none, MsFlags::MS_SLAVE | MsFlags::MS_REC, none).ok()?;
+                setns(ns, CloneFlags::CLONE_NEWNET).ok()?;
+                // Not a mount point (EINVAL) is fine: the new sysfs goes on top.
+                let _ = umount2("/sys", MntFlags::MNT_DETACH);
+                let ro = MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
+                mount(Some("sysfs"), "/sys", Some("sysfs"), ro, none).ok()?;
+                Some(f(Path::new("/sys")))
+            })
+            .join()
+            .ok()
+            .flatten()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +388,53 @@ mod tests {
         assert_eq!(l.vf_stats.len(), 2);
         assert_eq!(l.vf_stats[1].0, 3);
         assert!(l.vf_stats[1].1.contains(&VfStats::RxBytes(900)));
+    }
+
+    /// A sysfs mounted in another netns lists that netns' links, not the host's, and
+    /// the host's mounts are the same afterwards. Needs root (CI runs it as root).
+    #[test]
+    fn a_sysfs_mounted_in_a_netns_shows_that_netns_and_changes_no_host_mount() {
+        let sh = |args: &[&str]| {
+            let st = std::process::Command::new("ip")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success(), "ip {args:?} (needs root)");
+        };
+        let name = format!("exp-sysfs-{}", std::process::id());
+        sh(&["netns", "add", &name]);
+        struct Del(String);
+        impl Drop for Del {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &self.0])
+                    .status();
+            }
+        }
+        let _del = Del(name.clone());
+        // veth: the emulated host's kernel has it (it may lack dummy).
+        sh(&[
+            "-n", &name, "link", "add", "expveth0", "type", "veth", "peer", "name", "expveth1",
+        ]);
+        let mounts = || std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let before = mounts();
+        let ns = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+        use std::os::fd::AsFd;
+        let links = |sys: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(sys.join("class/net"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let seen = with_netns_sysfs(ns.as_fd(), links).expect("CAP_SYS_ADMIN");
+        assert_eq!(
+            seen,
+            ["expveth0", "expveth1", "lo"].map(String::from).to_vec()
+        );
+        assert!(!links(Path::new("/sys")).contains(&"expveth0".to_string()));
+        assert_eq!(mounts(), before, "no mount of this process changed");
     }
 
     #[test]

@@ -89,6 +89,24 @@ pub const RDMA_NLDEV_ATTR_DEV_PROTOCOL: u16 = 67;
 /// sender referring to the target network namespace.
 pub const RDMA_NLDEV_NET_NS_FD: u16 = 68;
 
+/// `RDMA_NLDEV_CMD_STAT_GET` = 17 (`enum rdma_nldev_command`, after `GET_CHARDEV` = 15
+/// and `STAT_SET` = 16). Without `RDMA_NLDEV_ATTR_STAT_RES` the doit answers a port's
+/// default hw counters (drivers/infiniband/core/nldev.c `nldev_stat_get_doit()` ->
+/// `stat_get_doit_default_counter()`); read-only, no `RDMA_NL_ADMIN_PERM`.
+pub const RDMA_NLDEV_CMD_STAT_GET: u16 = 17;
+/// `RDMA_NLDEV_ATTR_STAT_HWCOUNTERS` = 80: nested table of
+/// [`RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY`] nests.
+pub const RDMA_NLDEV_ATTR_STAT_HWCOUNTERS: u16 = 80;
+/// `RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY` = 81: one counter, a nest of its name and
+/// value.
+pub const RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY: u16 = 81;
+/// `RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME` = 82, NUL-terminated string (the driver's
+/// counter name, the same as the sysfs `hw_counters/<name>` file).
+pub const RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME: u16 = 82;
+/// `RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE` = 83, u64 (sent with
+/// `nla_put_u64_64bit`, so a `PAD` attribute may precede it).
+pub const RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE: u16 = 83;
+
 /// `NLMSG_NOOP` = 1 (`include/uapi/linux/netlink.h`).
 pub const NLMSG_NOOP: u16 = netlink_packet_core::NLMSG_NOOP;
 /// `NLMSG_ERROR` = 2: `struct nlmsgerr { int error; struct nlmsghdr msg; }`
@@ -112,6 +130,8 @@ pub const OP_SYS_SET: &str = "RDMA_NLDEV_CMD_SYS_SET (netns mode change)";
 pub const OP_LIST: &str = "RDMA_NLDEV_CMD_GET (device dump)";
 /// Operation name used in errors for a `RDMA_NLDEV_CMD_GET` by index.
 pub const OP_GET: &str = "RDMA_NLDEV_CMD_GET (device by index)";
+/// Operation name used in errors for a `RDMA_NLDEV_CMD_STAT_GET` of a port.
+pub const OP_STAT_GET: &str = "RDMA_NLDEV_CMD_STAT_GET (port hw counters)";
 /// Operation name used in errors for a `RDMA_NLDEV_CMD_SET` netns move.
 pub const OP_MOVE: &str = "RDMA_NLDEV_CMD_SET (netns move)";
 
@@ -289,6 +309,39 @@ pub fn encode_set_netns(seq: u32, index: u32, netns_fd: u32) -> Vec<u8> {
     )
 }
 
+/// `RDMA_NLDEV_CMD_STAT_GET` request for the default hw counters of one port:
+/// `DEV_INDEX` (u32) then `PORT_INDEX` (u32), flags `NLM_F_REQUEST | NLM_F_ACK`
+/// (iproute2 `rdma/stat.c` `stat_show_one_link()` sends the same two attributes).
+/// 32 bytes. Answered by one `STAT_GET` message (`DEV_INDEX`, `DEV_NAME`,
+/// `PORT_INDEX`, `STAT_HWCOUNTERS`) then an ack; `EINVAL` when the index is not a
+/// device of the socket's netns (`ib_device_get_by_index(sock_net(...))`) or the port
+/// has no hw counters; `EOPNOTSUPP` when the driver has no `get_hw_stats`.
+pub fn encode_stat_get(seq: u32, index: u32, port: u32) -> Vec<u8> {
+    encode(
+        seq,
+        NLM_F_REQUEST | NLM_F_ACK,
+        RDMA_NLDEV_CMD_STAT_GET,
+        vec![
+            Attr::U32(RDMA_NLDEV_ATTR_DEV_INDEX, index),
+            Attr::U32(RDMA_NLDEV_ATTR_PORT_INDEX, port),
+        ],
+    )
+}
+
+/// Decoded `RDMA_NLDEV_CMD_STAT_GET` reply (default counters of one port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortStats {
+    /// `RDMA_NLDEV_ATTR_DEV_INDEX`.
+    pub index: u32,
+    /// `RDMA_NLDEV_ATTR_PORT_INDEX` (1-based port number), `0` if absent.
+    pub port: u32,
+    /// `(name, value)` of each `STAT_HWCOUNTER_ENTRY`, in the kernel's order. The
+    /// values are the driver's raw counts (the port's hw stats plus those of its bound
+    /// counters, `rdma_counter_get_hwstat_value()`), as the sysfs
+    /// `ports/<port>/hw_counters/<name>` files give them.
+    pub counters: Vec<(String, u64)>,
+}
+
 /// Decoded `RDMA_NLDEV_CMD_SYS_GET` reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SysInfo {
@@ -303,6 +356,8 @@ pub enum Reply {
     Device(RdmaDevice),
     /// A `SYS_GET` message.
     System(SysInfo),
+    /// A `STAT_GET` message.
+    Stats(PortStats),
     /// `NLMSG_ERROR` with error 0.
     Ack,
     /// `NLMSG_ERROR` with a non-zero error, or `NLMSG_DONE` with a negative
@@ -420,6 +475,46 @@ fn decode_device(payload: &[u8]) -> Result<RdmaDevice, RdmaError> {
     Ok(dev)
 }
 
+fn decode_stats(payload: &[u8]) -> Result<PortStats, RdmaError> {
+    let mut st = PortStats {
+        index: 0,
+        port: 0,
+        counters: Vec::new(),
+    };
+    let mut index = None;
+    for_each_attr(payload, |kind, value| {
+        match kind {
+            RDMA_NLDEV_ATTR_DEV_INDEX => index = Some(attr_u32(kind, value)?),
+            RDMA_NLDEV_ATTR_PORT_INDEX => st.port = attr_u32(kind, value)?,
+            RDMA_NLDEV_ATTR_STAT_HWCOUNTERS => for_each_attr(value, |k, entry| {
+                if k != RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY {
+                    return Ok(());
+                }
+                let (mut name, mut v) = (None, None);
+                for_each_attr(entry, |k, x| {
+                    match k {
+                        RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME => {
+                            name = Some(attr_string(k, x)?)
+                        }
+                        RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE => v = Some(attr_u64(k, x)?),
+                        _ => {} // PAD before the u64.
+                    }
+                    Ok(())
+                })?;
+                match (name, v) {
+                    (Some(n), Some(v)) => st.counters.push((n, v)),
+                    _ => return Err(protocol("STAT_HWCOUNTER_ENTRY without a name or a value")),
+                }
+                Ok(())
+            })?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    st.index = index.ok_or_else(|| protocol("STAT_GET reply without RDMA_NLDEV_ATTR_DEV_INDEX"))?;
+    Ok(st)
+}
+
 fn decode_sys(payload: &[u8]) -> Result<SysInfo, RdmaError> {
     let mut info = SysInfo { netns_mode: None };
     for_each_attr(payload, |kind, value| {
@@ -504,6 +599,7 @@ pub fn decode_messages(datagram: &[u8]) -> Result<Vec<Message>, RdmaError> {
                     match nl_get_op(t) {
                         RDMA_NLDEV_CMD_GET => Reply::Device(decode_device(&body)?),
                         RDMA_NLDEV_CMD_SYS_GET => Reply::System(decode_sys(&body)?),
+                        RDMA_NLDEV_CMD_STAT_GET => Reply::Stats(decode_stats(&body)?),
                         _ => Reply::Other { message_type: t },
                     }
                 }
@@ -688,6 +784,11 @@ mod tests {
         assert_eq!(RDMA_NLDEV_SYS_ATTR_NETNS_MODE, 66);
         assert_eq!(RDMA_NLDEV_ATTR_DEV_PROTOCOL, 67);
         assert_eq!(RDMA_NLDEV_NET_NS_FD, 68);
+        assert_eq!(RDMA_NLDEV_CMD_STAT_GET, 17);
+        assert_eq!(RDMA_NLDEV_ATTR_STAT_HWCOUNTERS, 80);
+        assert_eq!(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY, 81);
+        assert_eq!(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME, 82);
+        assert_eq!(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE, 83);
         assert_eq!(NETLINK_RDMA, netlink_sys::protocols::NETLINK_RDMA);
     }
 
@@ -735,6 +836,73 @@ mod tests {
             0x03, 0x00, 0x00, 0x00, // u32 3
         ];
         assert_eq!(encode_get(1, Some(3)), want);
+    }
+
+    #[test]
+    fn encode_stat_get_bytes() {
+        #[rustfmt::skip]
+        let want = [
+            0x20, 0x00, 0x00, 0x00, // nlmsg_len 32
+            0x11, 0x14,             // type 0x1411 = (5 << 10) + 17
+            0x05, 0x00,             // NLM_F_REQUEST | NLM_F_ACK
+            0x04, 0x00, 0x00, 0x00, // seq 4
+            0x00, 0x00, 0x00, 0x00, // pid
+            0x08, 0x00, 0x01, 0x00, // nla_len 8, DEV_INDEX (1)
+            0x07, 0x00, 0x00, 0x00, // u32 7
+            0x08, 0x00, 0x03, 0x00, // nla_len 8, PORT_INDEX (3)
+            0x01, 0x00, 0x00, 0x00, // u32 1
+        ];
+        assert_eq!(encode_stat_get(4, 7, 1), want);
+    }
+
+    /// A `STAT_GET` reply as nldev.c builds it: handle, port, then the
+    /// `STAT_HWCOUNTERS` nest (with `NLA_F_NESTED`, 0x8000) of entries whose u64
+    /// value is preceded by a `PAD` attribute (`nla_put_u64_64bit`), then the ack.
+    #[test]
+    fn stat_get_reply_then_ack() {
+        let entry = |name: &str, v: u64, pad: bool| {
+            let mut z = name.as_bytes().to_vec();
+            z.push(0);
+            let mut e = nla(82, &z);
+            if pad {
+                e.extend(nla(0, &[]));
+            }
+            e.extend(nla(83, &v.to_le_bytes()));
+            nla(0x8000 | 81, &e)
+        };
+        let mut table = entry("out_of_buffer", 42, true);
+        table.extend(entry("rx_write_requests", 1 << 40, false));
+        let mut body = nla(1, &7u32.to_le_bytes());
+        body.extend(nla(2, b"ibvf_0\0"));
+        body.extend(nla(3, &1u32.to_le_bytes()));
+        body.extend(nla(0x8000 | 80, &table));
+        let mut dgram = nlmsg(0x1411, 0, 4, PORT, &body);
+        let mut ack = 0i32.to_le_bytes().to_vec();
+        ack.extend(nlmsg(0x1411, 5, 4, PORT, &[]));
+        dgram.extend(nlmsg(2, 0x100, 4, PORT, &ack));
+        let mut ex = Exchange::new(OP_STAT_GET, 4, PORT);
+        let got = ex.feed(&dgram).unwrap().unwrap();
+        assert_eq!(
+            got,
+            vec![Reply::Stats(PortStats {
+                index: 7,
+                port: 1,
+                counters: vec![
+                    ("out_of_buffer".into(), 42),
+                    ("rx_write_requests".into(), 1 << 40)
+                ],
+            })]
+        );
+        // An entry without its value is malformed.
+        let mut z = b"x\0".to_vec();
+        z.resize(4, 0);
+        let bad = nla(0x8000 | 80, &nla(81, &nla(82, &z)));
+        let mut body = nla(1, &7u32.to_le_bytes());
+        body.extend(bad);
+        assert!(matches!(
+            decode_messages(&nlmsg(0x1411, 0, 4, PORT, &body)),
+            Err(RdmaError::Protocol(_))
+        ));
     }
 
     #[test]

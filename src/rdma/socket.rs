@@ -162,6 +162,45 @@ impl RdmaSocket {
     }
 }
 
+impl RdmaSocket {
+    /// The default hw counters of port `port` (1-based) of the device with index
+    /// `index` in this socket's netns: one `RDMA_NLDEV_CMD_STAT_GET` doit
+    /// ([`codec::encode_stat_get`]), read-only. `(name, value)` pairs as the driver
+    /// names them (the sysfs `ports/<port>/hw_counters/<name>` files); `Ok(None)` when
+    /// the kernel answers `EINVAL` (no such device in this netns, or a port without hw
+    /// counters) or `EOPNOTSUPP` (a driver without `get_hw_stats`).
+    pub fn port_hw_counters(
+        &mut self,
+        index: u32,
+        port: u32,
+    ) -> Result<Option<Vec<(String, u64)>>, RdmaError> {
+        let replies = match self.request(codec::OP_STAT_GET, |seq| {
+            codec::encode_stat_get(seq, index, port)
+        }) {
+            Ok(r) => r,
+            Err(RdmaError::Kernel { errno, .. })
+                if errno == errno::EINVAL || errno == errno::EOPNOTSUPP =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        match replies.into_iter().find_map(|r| match r {
+            Reply::Stats(s) => Some(s),
+            _ => None,
+        }) {
+            Some(s) if s.index != index => Err(RdmaError::Protocol(format!(
+                "asked for the counters of RDMA device {index}, the kernel answered for device {}",
+                s.index
+            ))),
+            Some(s) => Ok(Some(s.counters)),
+            None => Err(RdmaError::Protocol(format!(
+                "STAT_GET for device {index} port {port} was acknowledged without a STAT_GET message"
+            ))),
+        }
+    }
+}
+
 impl RdmaOps for RdmaSocket {
     /// `SYS_GET` doit. A kernel without a `SYS_GET` doit handler (no RDMA
     /// netns support, or the short-lived dump-only variant seen in

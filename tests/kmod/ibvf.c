@@ -89,6 +89,8 @@
 #include <linux/skbuff.h>
 #include <linux/delay.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_mad.h>
+#include <rdma/ib_pma.h>
 
 #define IBVF_MAX_VFS 128
 #define IBVF_PKEY_TBL_LEN 4
@@ -288,8 +290,10 @@ static const struct net_device_ops ibvf_pf_ops = {
 	.ndo_get_vf_config = ibvf_get_vf_config,
 };
 
+static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev);
+
 static const struct net_device_ops ibvf_ipoib_ops = {
-	.ndo_start_xmit = ibvf_xmit,
+	.ndo_start_xmit = ibvf_ipoib_xmit,
 };
 
 static void ibvf_setup_ib(struct net_device *dev)
@@ -332,12 +336,43 @@ struct ibvf_dev {
 	u64 port_guid;
 	int link_state;
 	struct net_device *ipoib;	/* under RTNL; NULL once deleted by the core */
+	atomic64_t out_of_buffer;	/* test-only hw counter, see ibvf_ipoib_xmit() */
+	atomic64_t xmit_octets;		/* test-only PMA counters, see ibvf_process_mad() */
+	atomic64_t xmit_packets;
 };
 
 /* The IPoIB netdev's private data: its RDMA device (valid while it is registered). */
 struct ibvf_ipoib_priv {
 	struct ibvf_dev *v;
 };
+
+/*
+ * Test-only hw counters, so that the lab can check the exporter's RDMA counters on a
+ * device that moves into a pod netns: port 1 has mlx5's basic Q counters, with the
+ * names and order of basic_q_cnts[] in drivers/infiniband/hw/mlx5/counters.c (each a
+ * count of packets or requests). The VF has no fabric, so every frame its IPoIB netdev
+ * sends is dropped (tx_dropped); each one also counts once in out_of_buffer, which on
+ * mlx5 counts packets dropped for lack of a receive WQE. The others stay 0. Served by
+ * ib_core as <dev>/ports/1/hw_counters/<name> and RDMA_NLDEV_CMD_STAT_GET (nldev.c).
+ */
+enum { IBVF_RX_WRITE, IBVF_RX_READ, IBVF_RX_ATOMIC, IBVF_OUT_OF_BUFFER, IBVF_NUM_HW };
+
+static const struct rdma_stat_desc ibvf_hw_descs[IBVF_NUM_HW] = {
+	[IBVF_RX_WRITE] = { .name = "rx_write_requests" },
+	[IBVF_RX_READ] = { .name = "rx_read_requests" },
+	[IBVF_RX_ATOMIC] = { .name = "rx_atomic_requests" },
+	[IBVF_OUT_OF_BUFFER] = { .name = "out_of_buffer" },
+};
+
+static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev)
+{
+	struct ibvf_ipoib_priv *priv = netdev_priv(dev);
+
+	atomic64_inc(&priv->v->out_of_buffer);
+	atomic64_add(skb->len, &priv->v->xmit_octets);
+	atomic64_inc(&priv->v->xmit_packets);
+	return ibvf_xmit(skb, dev);
+}
 
 static struct ibvf_dev *to_ibvf(struct ib_device *d)
 {
@@ -406,6 +441,61 @@ static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
 	return 0;
 }
 
+static struct rdma_hw_stats *ibvf_alloc_hw_port_stats(struct ib_device *d, u32 port)
+{
+	return rdma_alloc_hw_stats_struct(ibvf_hw_descs, IBVF_NUM_HW,
+					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
+}
+
+static int ibvf_get_hw_stats(struct ib_device *d, struct rdma_hw_stats *stats,
+			     u32 port, int index)
+{
+	memset(stats->value, 0, sizeof(u64) * IBVF_NUM_HW);
+	stats->value[IBVF_OUT_OF_BUFFER] = atomic64_read(&to_ibvf(d)->out_of_buffer);
+	return IBVF_NUM_HW;
+}
+
+/*
+ * Test-only port counters, as ib_core reads them for <dev>/ports/1/counters/: a
+ * Performance Management MAD (drivers/infiniband/core/sysfs.c get_perf_mad()) answered
+ * like mlx5_ib_process_mad() answers it (drivers/infiniband/hw/mlx5/mad.c): ClassPortInfo
+ * with IB_PMA_CLASS_CAP_EXT_WIDTH, so ib_core shows the 64-bit PortCountersExtended
+ * (include/rdma/ib_pma.h struct ib_pma_portcounters_ext), where port_xmit_data counts the
+ * octets sent divided by 4 (mlx5: the vport's octet counts >> 2). Every frame the IPoIB
+ * netdev sends counts in port_xmit_data (its length / 4) and port_xmit_packets; the
+ * receive side stays 0. PortCounters (32-bit) answers all zeros.
+ */
+static int ibvf_process_mad(struct ib_device *d, int flags, u32 port,
+			    const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+			    const struct ib_mad *in, struct ib_mad *out,
+			    size_t *out_size, u16 *out_pkey_index)
+{
+	struct ibvf_dev *v = to_ibvf(d);
+	struct ib_pma_mad *pma = (struct ib_pma_mad *)out;
+
+	if (in->mad_hdr.mgmt_class != IB_MGMT_CLASS_PERF_MGMT ||
+	    in->mad_hdr.method != IB_MGMT_METHOD_GET)
+		return IB_MAD_RESULT_FAILURE;
+	memset(out, 0, sizeof(*out));
+	out->mad_hdr = in->mad_hdr;
+	out->mad_hdr.method = IB_MGMT_METHOD_GET_RESP;
+	if (in->mad_hdr.attr_id == IB_PMA_CLASS_PORT_INFO) {
+		struct ib_class_port_info *cpi = (void *)pma->data;
+
+		cpi->capability_mask = IB_PMA_CLASS_CAP_EXT_WIDTH;
+	} else if (in->mad_hdr.attr_id == IB_PMA_PORT_COUNTERS_EXT) {
+		struct ib_pma_portcounters_ext *pc = (void *)pma->data;
+
+		pc->port_select = port;
+		pc->port_xmit_data = cpu_to_be64(atomic64_read(&v->xmit_octets) >> 2);
+		pc->port_xmit_packets = cpu_to_be64(atomic64_read(&v->xmit_packets));
+		pc->port_unicast_xmit_packets = pc->port_xmit_packets;
+	} else if (in->mad_hdr.attr_id != IB_PMA_PORT_COUNTERS) {
+		return IB_MAD_RESULT_FAILURE;
+	}
+	return IB_MAD_RESULT_SUCCESS | IB_MAD_RESULT_REPLY;
+}
+
 static void ibvf_disassociate_ucontext(struct ib_ucontext *uctx)
 {
 	/* No user contexts are ever created (no alloc_ucontext): nothing to do. */
@@ -421,6 +511,9 @@ static const struct ib_device_ops ibvf_ib_ops = {
 	.query_gid = ibvf_query_gid,
 	.query_pkey = ibvf_query_pkey,
 	.disassociate_ucontext = ibvf_disassociate_ucontext,
+	.process_mad = ibvf_process_mad,
+	.alloc_hw_port_stats = ibvf_alloc_hw_port_stats,
+	.get_hw_stats = ibvf_get_hw_stats,
 };
 
 /* ------------------------------------------------------------------ IPoIB link ops */

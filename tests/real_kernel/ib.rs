@@ -31,6 +31,11 @@ mod pkey;
 #[path = "dra.rs"]
 mod dra;
 
+/// `ib-sriov exporter` reading the RDMA counters of a device that ADD moved into the
+/// pod netns (RDMA exclusive netns mode), with ibvf's test-only hw counters.
+#[path = "exporter.rs"]
+mod exporter;
+
 /// `IBVF_GUID_BASE` of tests/kmod/ibvf.c: VF `n` comes up with node = port GUID base + n.
 const GUID_BASE: u64 = 0x506b_4b03_00a1_0000;
 const PF_NETDEV: &str = "ibpf0";
