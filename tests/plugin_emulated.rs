@@ -408,6 +408,52 @@ fn del_renames_back_over_its_own_altname() {
     assert!(lab.journals().is_empty());
 }
 
+/// The altname DEL would delete to give the netdev back its name goes to another netdev
+/// (or away) between DEL's look and its delete: the kernel answers EINVAL (the name now
+/// belongs to another device, `netdev_name_node_alt_destroy()`), forced here with fail
+/// point `netlink.del_altname=errno22` (a lab run met it once, as the successor of a
+/// netdev being destroyed by a rebind took the altname). DEL treats the name as held
+/// elsewhere: it succeeds, the VF netdev is back in the host under the name it has,
+/// never a 102.
+#[test]
+fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let orig = lab.host.vf(0).netdev.clone().unwrap();
+    let (mac, was_up) = {
+        let l = before.link(&orig).unwrap();
+        (l.address.clone(), l.up)
+    };
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", 0);
+    lab.add("c1", &pod, &conf).expect_ok();
+    let netns = pod.netns().to_string();
+    pod.delete().unwrap();
+    lab.host
+        .return_destroyed_vf_netdev(0, "net1", &before)
+        .unwrap();
+    lab.host
+        .host_ip(&["link", "property", "add", "dev", "net1", "altname", &orig]);
+    let r = lab.run(
+        "DEL",
+        "c1",
+        &netns,
+        &conf,
+        &[("IB_SRIOV_FAILPOINTS", "netlink.del_altname=errno22")],
+    );
+    let log = r.stderr.clone();
+    r.expect_ok();
+    assert!(log.contains("held by another netdev now"), "{log}");
+    let after = lab.host.snapshot();
+    let back = after
+        .links
+        .iter()
+        .find(|l| l.address == mac)
+        .expect("the VF netdev is in the host");
+    assert_eq!(back.up, was_up, "admin state restored: {back:?}");
+    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+}
+
 #[test]
 fn del_with_empty_netns_still_releases_the_ip() {
     let lab = Lab::default();

@@ -273,6 +273,12 @@ impl Netlink {
     /// IFLA_PROP_LIST > IFLA_ALT_IFNAME, as `ip link property del altname`); `ENOENT`
     /// when the link has no such altname.
     pub fn del_altname(&self, index: u32, name: &str) -> Result<(), NlError> {
+        if let Some(errno) = crate::failpoint::errno_at("netlink.del_altname") {
+            return Err(NlError::injected(
+                format!("delete altname {name} of link {index}"),
+                errno,
+            ));
+        }
         let req = self.handle.link().property_del(index).alt_ifname(&[name]);
         self.rt
             .block_on(req.execute())

@@ -19,6 +19,13 @@ pub const FALLBACK_NAME_PATTERN: &str = "ibvf%d";
 /// `EEXIST` as an rtnetlink error number.
 pub(super) const EEXIST: Option<i32> = Some(Errno::EEXIST as i32);
 
+/// Error numbers as rtnetlink returns them (positive).
+mod libc_errno {
+    use nix::errno::Errno;
+    pub const EINVAL: i32 = Errno::EINVAL as i32;
+    pub const ENOENT: i32 = Errno::ENOENT as i32;
+}
+
 /// ifindex: the same hardware address, and the VF as parent device when the kernel
 /// reports parents (a link without a parent is then virtual, never the VF).
 pub(super) fn same_device(l: &Link, id: &NetdevId, vf: &str) -> bool {
@@ -322,7 +329,8 @@ pub(super) fn fix_name_and_state(
 /// under its pod name (a rename udev does not undo: the name is no longer the kernel's)
 /// its predictable name as an altname, which is the original name, and the kernel
 /// refuses a name any link of the netns holds, altnames included (`netdev_name_in_use()`
-/// in net/core/dev.c). An altname of another link is left alone (`EEXIST` stays).
+/// in net/core/dev.c). An altname of another link is left alone (`EEXIST` stays), and
+/// so is one that moved to another link before it could be deleted.
 fn rename_over_own_altname(
     nl: &Netlink,
     link: &Link,
@@ -334,7 +342,25 @@ fn rename_over_own_altname(
             if !now.is_some_and(|l| l.altnames.iter().any(|a| a == name)) {
                 return Err(e);
             }
-            nl.del_altname(link.index, name)?;
+            match nl.del_altname(link.index, name) {
+                Ok(()) => {}
+                // Between the look and the delete the altname went to another netdev
+                // (`EINVAL`: "a name belonging to another device",
+                // `netdev_name_node_alt_destroy()` in net/core/dev.c; udev naming the
+                // successor of a netdev a rebind is destroying), or is gone (`ENOENT`),
+                // or the link is (`ENODEV`): the name is held elsewhere now, which the
+                // caller settles by identity, as for any `EEXIST`.
+                Err(d)
+                    if matches!(
+                        d.errno,
+                        Some(libc_errno::EINVAL | libc_errno::ENOENT | ENODEV)
+                    ) =>
+                {
+                    log::debug!("{d}; {name} is held by another netdev now");
+                    return Err(e);
+                }
+                Err(d) => return Err(d),
+            }
             log::info!(
                 "deleted altname {name} of {} (ifindex {}) to give it back its name",
                 link.name,
