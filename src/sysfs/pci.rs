@@ -1,9 +1,9 @@
 //! PCI topology and VF discovery: which PF a VF belongs to, its index, and every PF.
 //!
 //! Kernel sources: Documentation/ABI/testing/sysfs-bus-pci (`sriov_totalvfs`,
-//! `sriov_numvfs`, `sriov_offset`, `sriov_stride`, the `physfn` and `virtfn<N>` links)
-//! and drivers/pci/iov.c (`pci_iov_sysfs_link()` makes `virtfn<N>` a relative link
-//! `../<VF BDF>`; `sriov_totalvfs` exists on every SR-IOV PF).
+//! `sriov_numvfs`, `sriov_offset`, `sriov_stride`) and drivers/pci/iov.c, which creates
+//! those attributes on every SR-IOV PF and the `<VF>/physfn` and `<PF>/virtfn<N>` links
+//! (`pci_iov_sysfs_link()`: `virtfn<N>` is the relative link `../<VF BDF>`).
 
 use super::driver::{read_driver, VFIO_PCI_DRIVER};
 use super::netdev::pick_pf_netdev;
