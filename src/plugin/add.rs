@@ -22,37 +22,22 @@ use serde_json::Value;
 /// [`read_originals`], [`choose_guid`], [`plan`], [`journal_plan`], [`run_steps`],
 /// [`finish`]; on a failure after the plan is journaled, [`roll_back`].
 pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
-    let Resolved {
-        vf_addr,
-        ipam,
-        dev,
-        is_pf,
-        vfio,
-        pod_ns,
-        host,
-        pod_id,
-        rdma_dev,
-    } = resolve_device(ctx)?;
-    let _lock = take_vf(ctx, &host, vf_addr)?;
-    let known_id = clear_dead_holder(ctx, &host, vf_addr)?;
-    let pod = Pod::new(pod_ns);
-    let host_link = find_vf_netdev(ctx, &host, &pod, vf_addr, vfio, known_id.as_ref())?;
-    let orig = read_originals(ctx, &host, &dev, is_pf, host_link.as_ref())?;
-    let set_guid = choose_guid(ctx, &host, &dev, is_pf, &orig)?;
-    let mut j = plan(
-        ctx,
-        &dev,
-        Planned {
-            vfio,
-            is_pf,
-            pod_id,
-            rdma_dev,
-            has_ipam: ipam.is_some(),
-        },
-        &orig,
-        set_guid,
-        host_link.as_ref(),
-    );
+    let r = resolve_device(ctx)?;
+    let host = r.host;
+    let _lock = take_vf(ctx, &host, r.vf_addr)?;
+    let known_id = clear_dead_holder(ctx, &host, r.vf_addr)?;
+    let pod = Pod::new(r.pod_ns);
+    let host_link = find_vf_netdev(ctx, &host, &pod, r.vf_addr, r.vfio, known_id.as_ref())?;
+    let orig = read_originals(ctx, &host, &r.dev, r.is_pf, host_link.as_ref())?;
+    let set_guid = choose_guid(ctx, &host, &r.dev, r.is_pf, &orig)?;
+    let planned = Planned {
+        vfio: r.vfio,
+        is_pf: r.is_pf,
+        pod_id: r.pod_id,
+        rdma_dev: r.rdma_dev,
+        has_ipam: r.ipam.is_some(),
+    };
+    let mut j = plan(ctx, &r.dev, planned, &orig, set_guid, host_link.as_ref());
     journal_plan(ctx, &j)?;
     let pod_guid = j.guid;
     let mut cx = Apply {
@@ -60,7 +45,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         host: &host,
         pod: &pod,
         view: orig.view,
-        ipam: ipam.as_ref(),
+        ipam: r.ipam.as_ref(),
         out: CniOutput::default(),
     };
     let (begun, mut failure) = run_steps(&mut cx, &mut j, pod_guid);

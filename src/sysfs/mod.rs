@@ -161,6 +161,27 @@ pub(super) fn read_optional(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// The content of `path` as `parse` reads it; `None` when the file does not exist.
+/// Errors: the file unreadable, or `parse` refusing it (`InvalidData`, naming
+/// `expected`, the path and the content).
+pub(super) fn read_parsed<T>(
+    path: PathBuf,
+    expected: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> io::Result<Option<T>> {
+    let Some(text) = read_optional(&path)? else {
+        return Ok(None);
+    };
+    match parse(&text) {
+        Some(v) => Ok(Some(v)),
+        None => Err(io::Error::from(DiscoveryError::Malformed {
+            path,
+            content: text,
+            expected,
+        })),
+    }
+}
+
 /// Writes `text` to an existing file (sysfs attributes cannot be created).
 pub(super) fn write_existing(path: &Path, text: &str) -> io::Result<()> {
     use std::io::Write;

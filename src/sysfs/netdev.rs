@@ -6,12 +6,12 @@
 //! include/uapi/linux/if_arp.h (ARPHRD_INFINIBAND = 32). Entries under `net/` are per
 //! network namespace (net/core/net-sysfs.c `net_namespace()` tagging).
 
-use super::{check_name, list_dir, pci::pci_address_of_dir, read_optional, with_path};
+use super::{check_name, list_dir, pci::pci_address_of_dir, read_optional, read_parsed, with_path};
 use super::{DiscoveryError, Sysfs};
 use crate::types::PciAddress;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 impl Sysfs {
@@ -66,22 +66,8 @@ impl Sysfs {
     /// `<root>/bus/pci/devices/<addr>/net/<ifname>/ifindex`; `None` when that netdev is
     /// not listed. Stable across renames, unlike the name.
     pub fn netdev_ifindex(&self, addr: PciAddress, ifname: &str) -> io::Result<Option<u32>> {
-        check_name(ifname, "interface name")?;
-        let path = self
-            .existing_device_dir(addr)?
-            .join("net")
-            .join(ifname)
-            .join("ifindex");
-        let Some(text) = read_optional(&path)? else {
-            return Ok(None);
-        };
-        text.trim().parse().map(Some).map_err(|_| {
-            io::Error::from(DiscoveryError::Malformed {
-                path,
-                content: text,
-                expected: "a decimal interface index",
-            })
-        })
+        let path = self.netdev_attr(addr, ifname, "ifindex")?;
+        read_parsed(path, "a decimal interface index", |t| t.trim().parse().ok())
     }
 
     /// The hardware address of netdev `ifname` of the device, as the kernel prints it in
@@ -89,13 +75,19 @@ impl Sysfs {
     /// by `:`, 20 bytes for IPoIB; Documentation/ABI/testing/sysfs-class-net); `None`
     /// when that netdev is not listed.
     pub fn netdev_address(&self, addr: PciAddress, ifname: &str) -> io::Result<Option<String>> {
+        let path = self.netdev_attr(addr, ifname, "address")?;
+        Ok(read_optional(&path)?.map(|t| t.trim().to_string()))
+    }
+
+    /// `<root>/bus/pci/devices/<addr>/net/<ifname>/<attr>`, not checked. Errors: the
+    /// name invalid (`InvalidInput`), the device missing (`NotFound`).
+    fn netdev_attr(&self, addr: PciAddress, ifname: &str, attr: &str) -> io::Result<PathBuf> {
         check_name(ifname, "interface name")?;
-        let path = self
+        Ok(self
             .existing_device_dir(addr)?
             .join("net")
             .join(ifname)
-            .join("address");
-        Ok(read_optional(&path)?.map(|t| t.trim().to_string()))
+            .join(attr))
     }
 
     /// The PCI device owning netdev `ifname` as seen in this root: resolves

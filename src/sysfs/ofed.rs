@@ -6,7 +6,7 @@
 //! `IFLA_VF_LINK_STATE` in include/uapi/linux/if_link.h). Text formats: a GUID as
 //! `11:22:33:44:55:66:77:88`, a policy as `Follow`, `Up` or `Down`.
 
-use super::{read_optional, write_existing, DiscoveryError, Sysfs};
+use super::{read_parsed, write_existing, Sysfs};
 use crate::types::{Guid, LinkState, PciAddress, VfIndex};
 use std::fmt;
 use std::io;
@@ -56,15 +56,8 @@ impl Sysfs {
             return Ok(None);
         };
         let path = dir.join(kind.file_name());
-        let Some(text) = read_optional(&path)? else {
-            return Ok(None);
-        };
-        text.trim().parse().map(Some).map_err(|_| {
-            io::Error::from(DiscoveryError::Malformed {
-                path,
-                content: text,
-                expected: "a GUID like 11:22:33:44:55:66:77:88",
-            })
+        read_parsed(path, "a GUID like 11:22:33:44:55:66:77:88", |t| {
+            t.trim().parse().ok()
         })
     }
 
@@ -89,16 +82,7 @@ impl Sysfs {
             return Ok(None);
         };
         let path = dir.join("policy");
-        let Some(text) = read_optional(&path)? else {
-            return Ok(None);
-        };
-        LinkState::from_ofed_policy(&text).map(Some).ok_or_else(|| {
-            io::Error::from(DiscoveryError::Malformed {
-                path,
-                content: text,
-                expected: "Follow, Up or Down",
-            })
-        })
+        read_parsed(path, "Follow, Up or Down", LinkState::from_ofed_policy)
     }
 
     /// Writes the VF link policy (`Follow`, `Up`, `Down` and a newline) to
