@@ -150,6 +150,37 @@ impl Lab {
         .trim()
         .to_string()
     }
+
+    /// `ib-sriov doctor --json` on the lab's host and stateDir, run in the host netns
+    /// with the extra environment `env` (`NAME=value`): the findings of kind `code`.
+    pub fn doctor_findings(&self, env: &[&str], code: &str) -> Vec<Value> {
+        let root = format!("IB_SRIOV_SYSFS_ROOT={}", self.host.root().display());
+        let (bin, state) = (
+            bin().display().to_string(),
+            self.state.display().to_string(),
+        );
+        let mut argv = vec!["env"];
+        argv.extend_from_slice(env);
+        argv.extend([
+            root.as_str(),
+            &bin,
+            "doctor",
+            "--json",
+            "--state-dir",
+            &state,
+        ]);
+        let out = self.host.host_exec(&argv);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found: Vec<Value> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == code)
+            .cloned()
+            .collect();
+        assert!(!found.is_empty(), "no {code} finding: {j}");
+        found
+    }
 }
 
 impl Drop for Lab {
