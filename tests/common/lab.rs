@@ -189,6 +189,24 @@ impl Drop for Lab {
     }
 }
 
+/// Writes host-local records (`<store>/<ip>`: the container ID, `\r\n`, the ifname
+/// `net1`, containernetworking/plugins plugins/ipam/host-local/backend/disk) for
+/// `(ip, owner)` pairs, dated 400 days ago: leftovers of pods that died with an
+/// earlier boot.
+pub fn old_ipam_records(store: &Path, recs: &[(&str, &str)]) {
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(400 * 24 * 3600);
+    for (ip, owner) in recs {
+        let p = store.join(ip);
+        std::fs::write(&p, format!("{owner}\r\nnet1")).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+    }
+}
+
 pub fn list(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
