@@ -145,15 +145,7 @@ impl Lab {
 
     /// Addresses allocated in the built-in IPAM store of network [`NET`].
     fn allocations(&self) -> Vec<String> {
-        list(&self.data.join(NET))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        common::lab::ipam_allocations(&self.data.join(NET))
     }
 }
 

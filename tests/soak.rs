@@ -45,6 +45,7 @@ mod common;
 
 use common::emuhost::{vf_netdev, vf_peer, EmuHost, EmuOptions, HostSnapshot, LinkSnapshot, Pod};
 use common::failpoints::{ADD_POINTS, DEL_POINTS};
+use common::lab::list;
 use common::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -1092,18 +1093,6 @@ fn run_job(host: &EmuHost, a: &Att, job: &Job) -> JobResult {
         }
     }
     res
-}
-
-fn list(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 #[cfg(feature = "failpoints")]

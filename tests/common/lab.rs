@@ -120,15 +120,7 @@ impl Lab {
 
     /// Addresses allocated in the built-in IPAM store of network `ibnet`.
     pub fn allocations(&self) -> Vec<String> {
-        list(&self.data.join("ibnet"))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        ipam_allocations(&self.data.join("ibnet"))
     }
 
     pub fn read(&self, p: Option<PathBuf>) -> String {
@@ -207,6 +199,21 @@ pub fn old_ipam_records(store: &Path, recs: &[(&str, &str)]) {
     }
 }
 
+/// The addresses allocated in a built-in IPAM store directory (one network's): its
+/// entries but the lock, the boot ID, the `last_reserved_ip*` files and dot files.
+pub fn ipam_allocations(store: &Path) -> Vec<String> {
+    list(store)
+        .into_iter()
+        .filter(|n| {
+            n != "lock"
+                && n != "boot_id"
+                && !n.starts_with("last_reserved_ip")
+                && !n.starts_with('.')
+        })
+        .collect()
+}
+
+/// The entry names of `dir`, sorted; empty when it cannot be read.
 pub fn list(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
