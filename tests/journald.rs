@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::exec::output_with_stdin;
 use common::lab::bin;
 use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
@@ -62,7 +63,7 @@ fn add_with_journal_socket(socket: &Path, cid: &str, conf: &str) -> Output {
 }
 
 /// [`add_with_journal_socket`] for any command.
-fn run_with_journal_socket(socket: &Path, cmd: &str, cid: &str, conf: &str) -> Output {
+fn run_with_journal_socket(socket: &Path, cmd_name: &str, cid: &str, conf: &str) -> Output {
     common::policy::widen_for_tests();
     let script = format!(
         "set -e; mount -t tmpfs ib-sriov-journald-test /run; mkdir -p /run/systemd/journal; \
@@ -70,27 +71,21 @@ fn run_with_journal_socket(socket: &Path, cmd: &str, cid: &str, conf: &str) -> O
         socket.display(),
         bin().display()
     );
-    let mut child = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .env("CNI_COMMAND", cmd)
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+    cni_env(&mut cmd, cmd_name, cid);
+    output_with_stdin(&mut cmd, conf.as_bytes(), "unshare (util-linux)")
+}
+
+/// The CNI environment of a test call: `verb` on `cid`, interface `net1`, the test's
+/// own netns, no `CNI_PATH`, and no `JOURNAL_STREAM` (the plugin's stderr is a pipe).
+fn cni_env<'c>(cmd: &'c mut Command, verb: &str, cid: &str) -> &'c mut Command {
+    cmd.env("CNI_COMMAND", verb)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_IFNAME", "net1")
         .env("CNI_NETNS", "/proc/self/ns/net")
         .env("CNI_PATH", "/nonexistent")
         .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("unshare (util-linux)");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// Receives the datagrams sent to `sock` until `stop` is set and nothing more comes.
@@ -316,26 +311,13 @@ fn the_real_journal_shows_the_call_with_journalctl() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cid = marker("real");
-    let mut child = Command::new(bin())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", &cid)
-        .env("CNI_IFNAME", "net1")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_PATH", "/nonexistent")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(failing_conf(dir.path(), None).as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(bin());
+    cni_env(&mut cmd, "ADD", &cid);
+    let out = output_with_stdin(
+        &mut cmd,
+        failing_conf(dir.path(), None).as_bytes(),
+        "the plugin",
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("warning"), "{stderr}");
@@ -435,18 +417,13 @@ done
 echo "no entry in the private journal" >&2
 exit 1
 "#;
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", script])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c", script])
         .env("JOURNALD", journald)
         .env("PLUGIN", bin())
         .env("CONF", &conf)
-        .env("OUT", dir.path())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", &cid)
-        .env("CNI_IFNAME", "net1")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_PATH", "/nonexistent")
-        .env_remove("JOURNAL_STREAM")
+        .env("OUT", dir.path());
+    let out = cni_env(&mut cmd, "ADD", &cid)
         .stdin(Stdio::null())
         .output()
         .expect("unshare (util-linux)");
