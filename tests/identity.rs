@@ -66,8 +66,7 @@ fn a_pod_cannot_push_its_own_device_into_the_host() {
             .unwrap()
             .address
     );
-    lab.del("c2", pod2.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c2", pod2.netns(), &conf, &before);
 }
 
 /// The hostile pod, more ways: the VF renamed (found and returned); the VF moved to a
@@ -85,8 +84,7 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     lab.add("h1", &pod, &conf).expect_ok();
     pod_ok(&pod, &["ip", "link", "set", "net1", "down"]);
     pod_ok(&pod, &["ip", "link", "set", "net1", "name", "x0"]);
-    lab.del("h1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("h1", pod.netns(), &conf, &before);
     assert_eq!(pod.links(), ["lo"]);
 
     // Moved to a third namespace.
@@ -111,8 +109,7 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     assert!(lab.host.snapshot().link("net1").is_none());
     let out = third.exec(&["ip", "link", "set", "net1", "netns", &pod.name]);
     assert!(out.status.success(), "{out:?}");
-    lab.del("h2", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("h2", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 
     // The VF renamed away and its address copied onto a new veth named net1: the copy
@@ -374,8 +371,7 @@ fn repeated_add_never_touches_the_live_attachment() {
     assert_eq!(lab.host.snapshot(), live, "host unchanged (VF 1 untouched)");
     assert_eq!(lab.journals(), ["c1:net1"]);
     assert_eq!(lab.allocations().len(), 1);
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
 }
 
 /// Finding 8: DEL with an empty CNI_NETNS while the pod lives finds the pod netns from
@@ -481,8 +477,7 @@ fn an_unreadable_journal_holds_its_vf_and_its_ip() {
     let pod2 = lab.host.new_pod();
     lab.add("c2", &pod2, &conf).expect_code(101);
     std::fs::write(&path, good).unwrap();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
@@ -549,8 +544,7 @@ fn the_next_add_finishes_a_dead_holder() {
     // The old attachment's late DEL finds nothing to do and does not touch the VF.
     lab.del("old", pod.netns(), &conf).expect_ok();
     assert!(pod2.links().contains(&"net1".to_string()));
-    lab.del("new", pod2.netns(), &conf2).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("new", pod2.netns(), &conf2, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 

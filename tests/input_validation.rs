@@ -806,8 +806,7 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     }
     // With the store clean again, ADD and DEL work.
     lab.add("plant", &pod, &conf).expect_ok();
-    lab.del("plant", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("plant", pod.netns(), &conf, &before);
 
     // A FIFO and a dangling symlink planted at record names: ADD never opens a record
     // (it claims addresses with link(2), EEXIST meaning "held"), so both are skipped as
@@ -819,8 +818,7 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(r["ips"][0]["address"], "10.56.217.4/24", "{r}");
     assert!(!target.exists(), "symlink target created");
-    lab.del("plant2", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("plant2", pod.netns(), &conf, &before);
     for ip in ["10.56.217.2", "10.56.217.3"] {
         assert!(
             std::fs::symlink_metadata(store.join(ip)).is_ok(),

@@ -59,8 +59,7 @@ fn del_recreates_a_vf_netdev_destroyed_with_its_pod_netns() {
     assert!(lab.allocations().is_empty(), "IP released");
     assert!(holders(&lab).is_empty(), "holder link removed");
     assert_eq!(lab.host.snapshot(), before);
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
 }
 
 /// The same attachment destroyed with its netns is reconciled by GC, which does not

@@ -1,7 +1,7 @@
 //! `Lab`: an emulated host plus the plugin's state and IPAM directories, and `Run`, the
 //! outcome of one invocation of the real binary, shared by the integration tests.
 
-use super::emuhost::{EmuHost, EmuOptions, Pod};
+use super::emuhost::{EmuHost, EmuOptions, HostSnapshot, Pod};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -103,6 +103,14 @@ impl Lab {
 
     pub fn del(&self, cid: &str, netns: &str, conf: &Value) -> Run {
         self.run("DEL", cid, netns, conf, &[])
+    }
+
+    /// DEL of `cid` in `netns` succeeds and leaves the host as `before` (its snapshot
+    /// before the ADD).
+    #[track_caller]
+    pub fn del_restores(&self, cid: &str, netns: &str, conf: &Value, before: &HostSnapshot) {
+        self.del(cid, netns, conf).expect_ok();
+        assert_eq!(&self.host.snapshot(), before);
     }
 
     pub fn check(&self, cid: &str, pod: &Pod, conf: &Value, prev: &Value) -> Run {
