@@ -39,11 +39,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 /// address), never the pod's veth.
 #[test]
 fn a_pod_cannot_push_its_own_device_into_the_host() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod_ok(&pod, &["ip", "link", "set", "net1", "down"]);
     pod_ok(&pod, &["ip", "link", "set", "net1", "name", "renamed"]);
     pod_ok(
@@ -355,11 +351,7 @@ fn add_moves_the_listed_ifindex_not_the_link_that_took_the_listed_name() {
 /// good, on the same VF or another, is refused and the live attachment is untouched.
 #[test]
 fn repeated_add_never_touches_the_live_attachment() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let ip = pod_addrs(&pod, "net1");
     let live = lab.host.snapshot();
     let mut bad = conf.clone();
@@ -378,11 +370,7 @@ fn repeated_add_never_touches_the_live_attachment() {
 /// the journal (identity-checked) and brings the VF back before releasing the IP.
 #[test]
 fn del_with_empty_netns_while_the_pod_lives_returns_the_vf() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     lab.del("c1", "", &conf).expect_ok();
     assert_eq!(pod.links(), ["lo"]);
     assert_eq!(lab.host.snapshot(), before);
@@ -392,11 +380,7 @@ fn del_with_empty_netns_while_the_pod_lives_returns_the_vf() {
 /// A netns path re-used by another namespace is not the pod's: DEL does not act in it.
 #[test]
 fn a_new_namespace_at_the_recorded_path_is_not_the_pod() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod.delete().unwrap();
     lab.host
         .return_destroyed_vf_netdev(0, "net1", &before)
@@ -427,11 +411,7 @@ fn a_new_namespace_at_the_recorded_path_is_not_the_pod() {
 /// recovery rebind; the IP is released and the journal removed.
 #[test]
 fn a_vf_returned_late_is_not_lost() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod.delete().unwrap();
     let t = Instant::now();
     let r = std::thread::scope(|s| {
@@ -459,11 +439,7 @@ fn a_vf_returned_late_is_not_lost() {
 /// the pod's interface, saying what to do; the VF stays held for other ADDs.
 #[test]
 fn an_unreadable_journal_holds_its_vf_and_its_ip() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let path = lab.state.join("c1:net1");
     let good = std::fs::read(&path).unwrap();
     std::fs::write(&path, b"{ truncated").unwrap();

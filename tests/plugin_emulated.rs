@@ -374,12 +374,8 @@ fn del_after_the_pod_netns_was_deleted() {
 /// altname of the very same link; an altname of another link is never touched.
 #[test]
 fn del_renames_back_over_its_own_altname() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
     let netns = pod.netns().to_string();
     pod.delete().unwrap();
     lab.host

@@ -153,12 +153,8 @@ fn a_name_held_by_another_netdev_of_the_vf_is_waited_for() {
 /// what the plugin does"), leaving the squatter alone; a second DEL changes nothing.
 #[test]
 fn original_name_taken_with_the_pod_gone_falls_back() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
     lab.host.host_ip(&[
         "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
     ]);

@@ -61,6 +61,18 @@ impl Lab {
         Self::new(EmuOptions::default())
     }
 
+    /// A default lab with VF `vf` attached as `c1`/`net1` (cniVersion 1.0.0) in a new
+    /// pod: the lab, the host before the ADD, the pod and the config.
+    #[track_caller]
+    pub fn attached(vf: u32) -> (Lab, HostSnapshot, Pod, Value) {
+        let lab = Lab::default();
+        let before = lab.host.snapshot();
+        let pod = lab.host.new_pod();
+        let conf = lab.conf("1.0.0", vf);
+        lab.add("c1", &pod, &conf).expect_ok();
+        (lab, before, pod, conf)
+    }
+
     /// A network config for VF `vf` with the built-in IPAM on 10.56.217.0/24.
     pub fn conf(&self, version: &str, vf: u32) -> Value {
         json!({
