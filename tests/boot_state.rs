@@ -119,13 +119,7 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
     left.sort();
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(left.contains(&"10.56.217.42".to_string()), "{left:?}");
-    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(store.join("boot_id"))
-            .unwrap()
-            .trim(),
-        running.trim()
-    );
+    common::lab::assert_running_boot(&store);
     lab.del("new1", pod.netns(), &conf).expect_ok();
     let pod2 = lab.host.new_pod();
     let r = lab.add("new2", &pod2, &conf);

@@ -290,13 +290,7 @@ fn the_first_add_of_a_boot_frees_the_records_of_earlier_boots() {
         std::fs::read_to_string(store.join("10.67.0.2")).unwrap(),
         "r1\r\nnet1"
     );
-    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(store.join("boot_id"))
-            .unwrap()
-            .trim(),
-        running.trim()
-    );
+    common::lab::assert_running_boot(&store);
     st["ipam"] = conf["ipam"].clone();
     fx.run(&fx.ipam_bin(), "STATUS", "", "", &st).expect_ok();
     // A record of this boot (host-local sharing the store) is not freed by a later ADD.
@@ -306,13 +300,7 @@ fn the_first_add_of_a_boot_frees_the_records_of_earlier_boots() {
     let e = fx
         .run(&hd, "ADD", "r2", pod2.netns(), &conf2)
         .expect_code(103);
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("no IP addresses available"),
-        "{e}"
-    );
+    common::lab::assert_msg_has(&e, "no IP addresses available");
     fx.run(&hd, "DEL", "r1", pod.netns(), &conf).expect_ok();
     assert_eq!(fx.held(), ["10.67.0.3"]);
 }

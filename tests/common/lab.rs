@@ -75,24 +75,10 @@ impl Lab {
 
     /// A network config for VF `vf` with the built-in IPAM on 10.56.217.0/24.
     pub fn conf(&self, version: &str, vf: u32) -> Value {
-        json!({
-            "cniVersion": version,
-            "name": "ibnet",
-            "type": "ib-sriov",
-            "deviceID": self.host.vf(vf).addr,
-            "stateDir": self.state,
-            // The Go plugin's cache files ADD writes for a rollback: the host's own
-            // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
-            "goCacheDir": self.host.root().join("go-cache"),
-            "logLevel": "debug",
-            "ipam": {
-                "type": "ib-sriov-ipam",
-                "subnet": "10.56.217.0/24",
-                "gateway": "10.56.217.1",
-                "routes": [{"dst": "192.168.0.0/16"}],
-                "dataDir": self.data,
-            }
-        })
+        let mut c = plugin_conf(&self.host, &self.state, &self.data, vf);
+        c["cniVersion"] = json!(version);
+        c["name"] = json!("ibnet");
+        c
     }
 
     pub fn run(
@@ -231,6 +217,47 @@ pub fn ipam_allocations(store: &Path) -> Vec<String> {
                 && !n.starts_with('.')
         })
         .collect()
+}
+
+/// The plugin's configuration for VF `vf` of `host` (without `cniVersion` and `name`):
+/// stateDir `state`, the host's own Go cache directory, debug logging, and the built-in
+/// IPAM on 10.56.217.0/24 with its data in `data`.
+pub fn plugin_conf(host: &EmuHost, state: &Path, data: &Path, vf: u32) -> Value {
+    json!({
+        "type": "ib-sriov",
+        "deviceID": host.vf(vf).addr,
+        "stateDir": state,
+        // The Go plugin's cache files ADD writes for a rollback: the host's own
+        // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
+        "goCacheDir": host.root().join("go-cache"),
+        "logLevel": "debug",
+        "ipam": {
+            "type": "ib-sriov-ipam",
+            "subnet": "10.56.217.0/24",
+            "gateway": "10.56.217.1",
+            "routes": [{"dst": "192.168.0.0/16"}],
+            "dataDir": data,
+        }
+    })
+}
+
+/// The boot ID recorded in a built-in IPAM store (`<store>/boot_id`) is the running
+/// boot's (/proc/sys/kernel/random/boot_id).
+#[track_caller]
+pub fn assert_running_boot(store: &Path) {
+    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(store.join("boot_id"))
+            .unwrap()
+            .trim(),
+        running.trim()
+    );
+}
+
+/// The CNI error `e`'s `msg` contains `needle`.
+#[track_caller]
+pub fn assert_msg_has(e: &Value, needle: &str) {
+    assert!(e["msg"].as_str().unwrap().contains(needle), "{e}");
 }
 
 /// The entry names of `dir`, sorted; empty when it cannot be read.
