@@ -88,6 +88,18 @@ fn cni_env<'c>(cmd: &'c mut Command, verb: &str, cid: &str) -> &'c mut Command {
         .env_remove("JOURNAL_STREAM")
 }
 
+/// Runs `call` with a journal socket at `<dir>/journal.sock` listening (its path is
+/// `call`'s argument): the call's output and every datagram the socket received.
+fn with_journal_socket(dir: &Path, call: impl FnOnce(&Path) -> Output) -> (Output, Vec<Vec<u8>>) {
+    let sock_path = dir.join("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receive_all(sock, stop.clone());
+    let out = call(&sock_path);
+    stop.store(true, Ordering::SeqCst);
+    (out, rx.join().unwrap())
+}
+
 /// Receives the datagrams sent to `sock` until `stop` is set and nothing more comes.
 fn receive_all(sock: UnixDatagram, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
     std::thread::spawn(move || {
@@ -141,14 +153,10 @@ fn decode(mut d: &[u8]) -> HashMap<String, String> {
 #[test]
 fn records_go_to_the_journal_with_the_call_fields_and_to_stderr() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = marker("fields");
-    let out = add_with_journal_socket(&sock_path, &cid, &failing_conf(dir.path(), None));
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(sock, &cid, &failing_conf(dir.path(), None))
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let err: serde_json::Value = serde_json::from_str(&stdout)
@@ -210,14 +218,10 @@ fn records_go_to_the_journal_with_the_call_fields_and_to_stderr() {
 #[test]
 fn a_chosen_container_id_is_data_in_the_journal_never_a_field() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = format!("{}\nPRIORITY=0\nFORGED_FIELD=1\u{2028}x", marker("inject"));
-    let out = run_with_journal_socket(&sock_path, "DEL", &cid, &failing_conf(dir.path(), None));
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        run_with_journal_socket(sock, "DEL", &cid, &failing_conf(dir.path(), None))
+    });
     assert!(
         out.status.success(),
         "{}",
@@ -271,18 +275,14 @@ fn a_journal_that_refuses_falls_back_to_stderr_with_one_warning() {
 #[test]
 fn with_a_log_file_nothing_goes_to_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let log = dir.path().join("plugin.log");
-    let out = add_with_journal_socket(
-        &sock_path,
-        &marker("logfile"),
-        &failing_conf(dir.path(), Some(&log)),
-    );
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(
+            sock,
+            &marker("logfile"),
+            &failing_conf(dir.path(), Some(&log)),
+        )
+    });
     assert!(!out.status.success());
     assert!(got.is_empty(), "{} datagram(s)", got.len());
     assert!(std::fs::read_to_string(&log)
@@ -459,14 +459,10 @@ exit 1
 #[test]
 fn a_call_refused_before_parsing_is_logged_to_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = marker("refused");
-    let out = add_with_journal_socket(&sock_path, &cid, "{\"cniVersion\": ");
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(sock, &cid, "{\"cniVersion\": ")
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let err: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(err["code"], 6, "{err}");
