@@ -16,7 +16,6 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -106,14 +105,8 @@ fn raw_run(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let ns = std::fs::File::open(lab.host.host_netns_path()).unwrap();
-    // SAFETY: only setns(2), async-signal-safe, on an fd opened before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(std::io::Error::from)
-        });
-    }
+    let ns = common::emuhost::open_netns(&lab.host.host_netns_path());
+    common::emuhost::exec_in_netns_file(&mut cmd, ns);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
