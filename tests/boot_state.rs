@@ -12,7 +12,6 @@ mod common;
 
 use common::lab::{bin, list, Lab};
 use serde_json::json;
-use std::time::{Duration, SystemTime};
 
 /// A boot ID that is not the running kernel's.
 const OTHER_BOOT: &str = "0badb007-0000-4000-8000-000000000001";
@@ -103,17 +102,10 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
     // running boot began; and one written by host-local in this boot.
     lab.run("DEL", "old1", pod.netns(), &conf, &other_boot())
         .expect_ok();
-    let long_ago = SystemTime::now() - Duration::from_secs(400 * 24 * 3600);
-    for (ip, owner) in [("10.56.217.40", "dead1"), ("10.56.217.41", "dead2")] {
-        let p = store.join(ip);
-        std::fs::write(&p, format!("{owner}\r\nnet1")).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(long_ago)
-            .unwrap();
-    }
+    common::lab::old_ipam_records(
+        &store,
+        &[("10.56.217.40", "dead1"), ("10.56.217.41", "dead2")],
+    );
     std::fs::write(store.join("10.56.217.42"), "alive\r\nnet1").unwrap();
     // The first allocation of the running boot.
     let r = lab.run("ADD", "new1", pod.netns(), &conf, &[]);
@@ -127,13 +119,7 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
     left.sort();
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(left.contains(&"10.56.217.42".to_string()), "{left:?}");
-    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(store.join("boot_id"))
-            .unwrap()
-            .trim(),
-        running.trim()
-    );
+    common::lab::assert_running_boot(&store);
     lab.del("new1", pod.netns(), &conf).expect_ok();
     let pod2 = lab.host.new_pod();
     let r = lab.add("new2", &pod2, &conf);

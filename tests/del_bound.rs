@@ -75,37 +75,54 @@ fn run_late(
     (r, took)
 }
 
+/// Attachment `cid` of VF 0 with `conf` added, then its DEL run as if started `ago_ms`
+/// ago (with VF 0's lock held by another process when `locked`): it answers code 11,
+/// whose error and duration go to `check`, keeps its journal, and the retried DEL
+/// restores the host as before the ADD.
+fn late_del_then_retry(
+    lab: &Lab,
+    conf: &Value,
+    cid: &str,
+    ago_ms: &str,
+    locked: bool,
+    check: impl FnOnce(&Value, Duration),
+) {
+    let vf = lab.host.vf(0).addr.clone();
+    let pod = lab.host.new_pod();
+    let before = lab.host.snapshot();
+    lab.add(cid, &pod, conf).expect_ok();
+    let binds = lab.driver_file("mlx5_core", "bind");
+    let locked = locked.then_some(vf.as_str());
+    let (r, took) = run_late(lab, "DEL", cid, pod.netns(), conf, ago_ms, locked);
+    check(&r.expect_code(11), took);
+    if locked.is_none() {
+        assert_eq!(
+            lab.driver_file("mlx5_core", "bind"),
+            binds,
+            "no rebind begun"
+        );
+    }
+    assert_eq!(lab.journals().len(), 1, "journal kept for the retry");
+    lab.del(cid, pod.netns(), conf).expect_ok();
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
 /// A busy VF lock with `lockTimeoutMs` at its maximum (10 min): a DEL 58 s into its
 /// time gives up within the 2 s left, with code 11 naming the bound, keeps the
 /// journal, and the retry restores the host.
 #[test]
 fn a_busy_vf_lock_cannot_take_del_past_60_s() {
     let lab = Lab::default();
-    let vf = lab.host.vf(0).addr.clone();
     let mut conf = lab.conf("1.0.0", 0);
     conf["lockTimeoutMs"] = json!(600_000);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
-    lab.add("bound-1", &pod, &conf).expect_ok();
-    let (r, took) = run_late(
-        &lab,
-        "DEL",
-        "bound-1",
-        pod.netns(),
-        &conf,
-        "58000",
-        Some(&vf),
-    );
-    let e = r.expect_code(11);
-    assert!(
-        took < Duration::from_secs(6),
-        "DEL waited {took:?} of a 10 min lockTimeoutMs"
-    );
-    assert!(e["msg"].as_str().unwrap().contains("within 60 s"), "{e}");
-    assert_eq!(lab.journals().len(), 1, "journal kept for the retry");
-    lab.del("bound-1", pod.netns(), &conf).expect_ok();
-    assert!(lab.journals().is_empty());
-    assert_eq!(lab.host.snapshot(), before);
+    late_del_then_retry(&lab, &conf, "bound-1", "58000", true, |e, took| {
+        assert!(
+            took < Duration::from_secs(6),
+            "DEL waited {took:?} of a 10 min lockTimeoutMs"
+        );
+        assert!(e["msg"].as_str().unwrap().contains("within 60 s"), "{e}");
+    });
 }
 
 /// A DEL that must rebind (to restore the GUID) begins it only while 20 s of its 60 s
@@ -115,23 +132,9 @@ fn a_rebind_turn_must_begin_by_40_s() {
     let lab = Lab::default();
     let mut conf = lab.conf("1.0.0", 0);
     conf["runtimeConfig"] = json!({"infinibandGUID": "02:00:00:00:00:00:0b:01"});
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
-    lab.add("bound-2", &pod, &conf).expect_ok();
-    let binds = lab.driver_file("mlx5_core", "bind");
-    let (r, _) = run_late(&lab, "DEL", "bound-2", pod.netns(), &conf, "45000", None);
-    let e = r.expect_code(11);
-    let msg = e["msg"].as_str().unwrap();
-    assert!(msg.contains("within 40 s"), "{e}");
-    assert_eq!(
-        lab.driver_file("mlx5_core", "bind"),
-        binds,
-        "no rebind begun"
-    );
-    assert_eq!(lab.journals().len(), 1);
-    lab.del("bound-2", pod.netns(), &conf).expect_ok();
-    assert!(lab.journals().is_empty());
-    assert_eq!(lab.host.snapshot(), before);
+    late_del_then_retry(&lab, &conf, "bound-2", "45000", false, |e, _| {
+        assert!(e["msg"].as_str().unwrap().contains("within 40 s"), "{e}");
+    });
 }
 
 /// DEL's bound does not apply to ADD: an ADD started "58 s ago" still waits its

@@ -24,7 +24,7 @@
 mod common;
 
 use common::emuhost::{EmuOptions, Pod, PF_BDF, PF_PORT_GUID};
-use common::lab::{list, Lab};
+use common::lab::Lab;
 use common::libcni::dra_standin;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -167,15 +167,7 @@ impl Dra {
 
     /// Addresses allocated in the built-in IPAM store of network `net`.
     fn allocations(&self, net: &str) -> Vec<String> {
-        list(&self.lab.data.join(net))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        common::lab::ipam_allocations(&self.lab.data.join(net))
     }
 
     /// The journal of `sandbox`/`ifname`.

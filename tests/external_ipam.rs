@@ -479,13 +479,7 @@ fn builtin_ipam_and_host_local_share_a_store() {
     assert_eq!(rec("10.56.217.2"), "Z\r\nnet1");
     // Every address held by host-local: our ADD finds the pool exhausted, changes nothing.
     let e = lab.add("B", &pod, &ours).expect_code(103);
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("no IP addresses available"),
-        "{e}"
-    );
+    common::lab::assert_msg_has(&e, "no IP addresses available");
     assert_eq!(lab.host.snapshot(), before);
     // host-local frees .3: our ADD takes exactly that one.
     host_local("DEL", "X");

@@ -54,9 +54,7 @@ fn gc_with_an_empty_list_releases_every_attachment() {
     }
     // Idempotent, and a DEL after GC has nothing left to do.
     gc(&lab, &gc_conf(&lab, json!([]))).expect_ok();
-    lab.del("g0", pods[0].netns(), &lab.conf("1.1.0", 0))
-        .expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("g0", pods[0].netns(), &lab.conf("1.1.0", 0), &before);
 }
 
 /// Listed attachments (under either key) are untouched; the rest go.
@@ -151,8 +149,7 @@ fn gc_scope_and_input_errors() {
         "nothing released by a refused GC"
     );
 
-    lab.del("o1", pod.netns(), &other).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("o1", pod.netns(), &other, &before);
 }
 
 /// STATUS: ready on a fresh host; code 50 when the pool is exhausted and ready again once

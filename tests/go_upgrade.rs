@@ -10,16 +10,15 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot};
 use common::gofix::*;
 use common::lab::{list, Lab};
 use serde_json::json;
 
 /// Runs one fixture: Go's ADD state, CHECK, GC and STATUS tolerate it, DEL restores as
-/// Go's DEL, a second DEL changes nothing. `expect` adjusts the pre-ADD snapshot to
-/// what Go's DEL leaves (its documented differences from "as before ADD").
-fn upgrade_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSnapshot)) {
-    let lab = Lab::new(opts);
+/// Go's DEL ([`go_del_leaves`]), a second DEL changes nothing. `check` asserts what
+/// else the fixture's DEL did (driver files), after it.
+fn upgrade_case(name: &str, check: impl Fn(&Lab)) {
+    let lab = Lab::new(fixture_host(name));
     let f = manifest(name);
     let vf = lab.host.vf(f["vf"].as_u64().unwrap() as u32).clone();
     let pod = lab.host.new_pod();
@@ -54,7 +53,8 @@ fn upgrade_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSna
     assert_eq!(pod.links(), vec!["lo"]);
     assert!(host_local_held(&lab, network).is_empty(), "IP released");
     let mut want = before.clone();
-    expect(&lab, &mut want);
+    go_del_leaves(&lab, name, &mut want);
+    check(&lab);
     assert_eq!(lab.host.snapshot(), want, "{name}: host after DEL");
     let after = lab.host.snapshot();
     run(&lab, "DEL", &f, &pod, &conf).expect_ok();
@@ -65,14 +65,7 @@ fn upgrade_case(name: &str, opts: EmuOptions, expect: impl Fn(&Lab, &mut HostSna
 /// port GUID set to HostIFGUID (the old port GUID: Go sets both), driver rebound.
 #[test]
 fn go_attached_with_guid_and_host_local() {
-    upgrade_case("a-guid-hostlocal", EmuOptions::default(), |lab, v| {
-        netdev_down(lab, v, 0);
-        ofed(
-            lab,
-            v,
-            lab.host.vf(0).ofed_node(),
-            "02:00:00:00:00:02:00:00",
-        );
+    upgrade_case("a-guid-hostlocal", |lab| {
         assert_eq!(lab.driver_file("mlx5_core", "bind"), "0000:af:00.2");
     });
 }
@@ -80,22 +73,13 @@ fn go_attached_with_guid_and_host_local() {
 /// (f) pod (a) as the v1.2.1 release wrote it (struct key order, no vfioPciMode).
 #[test]
 fn go_v1_2_1_cache() {
-    upgrade_case("f-legacy-v1.2.1", EmuOptions::default(), |lab, v| {
-        netdev_down(lab, v, 0);
-        ofed(
-            lab,
-            v,
-            lab.host.vf(0).ofed_node(),
-            "02:00:00:00:00:02:00:00",
-        );
-    });
+    upgrade_case("f-legacy-v1.2.1", |_| {});
 }
 
 /// (b) no GUID: netdev back, no GUID write, no rebind.
 #[test]
 fn go_attached_without_guid() {
-    upgrade_case("b-noguid-hostlocal", EmuOptions::default(), |lab, v| {
-        netdev_down(lab, v, 2);
+    upgrade_case("b-noguid-hostlocal", |lab| {
         assert_eq!(lab.driver_file("mlx5_core", "bind"), "");
     });
 }
@@ -103,8 +87,7 @@ fn go_attached_without_guid() {
 /// (c) link_state enable: set back to auto (Follow), whatever it was before ADD.
 #[test]
 fn go_attached_with_link_state() {
-    upgrade_case("c-linkstate-enable", EmuOptions::default(), |lab, v| {
-        netdev_down(lab, v, 3);
+    upgrade_case("c-linkstate-enable", |lab| {
         assert_eq!(lab.read(lab.host.vf(3).ofed_policy()), "Follow");
     });
 }
@@ -113,19 +96,9 @@ fn go_attached_with_link_state() {
 /// HostIFGUID in vfio mode); no rebind.
 #[test]
 fn go_attached_vfio() {
-    upgrade_case(
-        "d-vfio",
-        EmuOptions {
-            vfio: vec![1],
-            ..Default::default()
-        },
-        |lab, v| {
-            let vf = lab.host.vf(1);
-            ofed(lab, v, vf.ofed_node(), "ff:ff:ff:ff:ff:ff:ff:ff");
-            ofed(lab, v, vf.ofed_port(), "ff:ff:ff:ff:ff:ff:ff:ff");
-            assert_eq!(lab.driver_file("vfio-pci", "unbind"), "");
-        },
-    );
+    upgrade_case("d-vfio", |lab| {
+        assert_eq!(lab.driver_file("vfio-pci", "unbind"), "");
+    });
 }
 
 /// Every fixture, current and legacy (v1.2.1) format, parses; a corrupt cache is named

@@ -39,11 +39,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 /// address), never the pod's veth.
 #[test]
 fn a_pod_cannot_push_its_own_device_into_the_host() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod_ok(&pod, &["ip", "link", "set", "net1", "down"]);
     pod_ok(&pod, &["ip", "link", "set", "net1", "name", "renamed"]);
     pod_ok(
@@ -66,8 +62,7 @@ fn a_pod_cannot_push_its_own_device_into_the_host() {
             .unwrap()
             .address
     );
-    lab.del("c2", pod2.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c2", pod2.netns(), &conf, &before);
 }
 
 /// The hostile pod, more ways: the VF renamed (found and returned); the VF moved to a
@@ -85,8 +80,7 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     lab.add("h1", &pod, &conf).expect_ok();
     pod_ok(&pod, &["ip", "link", "set", "net1", "down"]);
     pod_ok(&pod, &["ip", "link", "set", "net1", "name", "x0"]);
-    lab.del("h1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("h1", pod.netns(), &conf, &before);
     assert_eq!(pod.links(), ["lo"]);
 
     // Moved to a third namespace.
@@ -111,8 +105,7 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     assert!(lab.host.snapshot().link("net1").is_none());
     let out = third.exec(&["ip", "link", "set", "net1", "netns", &pod.name]);
     assert!(out.status.success(), "{out:?}");
-    lab.del("h2", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("h2", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 
     // The VF renamed away and its address copied onto a new veth named net1: the copy
@@ -358,11 +351,7 @@ fn add_moves_the_listed_ifindex_not_the_link_that_took_the_listed_name() {
 /// good, on the same VF or another, is refused and the live attachment is untouched.
 #[test]
 fn repeated_add_never_touches_the_live_attachment() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let ip = pod_addrs(&pod, "net1");
     let live = lab.host.snapshot();
     let mut bad = conf.clone();
@@ -374,19 +363,14 @@ fn repeated_add_never_touches_the_live_attachment() {
     assert_eq!(lab.host.snapshot(), live, "host unchanged (VF 1 untouched)");
     assert_eq!(lab.journals(), ["c1:net1"]);
     assert_eq!(lab.allocations().len(), 1);
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
 }
 
 /// Finding 8: DEL with an empty CNI_NETNS while the pod lives finds the pod netns from
 /// the journal (identity-checked) and brings the VF back before releasing the IP.
 #[test]
 fn del_with_empty_netns_while_the_pod_lives_returns_the_vf() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     lab.del("c1", "", &conf).expect_ok();
     assert_eq!(pod.links(), ["lo"]);
     assert_eq!(lab.host.snapshot(), before);
@@ -396,11 +380,7 @@ fn del_with_empty_netns_while_the_pod_lives_returns_the_vf() {
 /// A netns path re-used by another namespace is not the pod's: DEL does not act in it.
 #[test]
 fn a_new_namespace_at_the_recorded_path_is_not_the_pod() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod.delete().unwrap();
     lab.host
         .return_destroyed_vf_netdev(0, "net1", &before)
@@ -431,11 +411,7 @@ fn a_new_namespace_at_the_recorded_path_is_not_the_pod() {
 /// recovery rebind; the IP is released and the journal removed.
 #[test]
 fn a_vf_returned_late_is_not_lost() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     pod.delete().unwrap();
     let t = Instant::now();
     let r = std::thread::scope(|s| {
@@ -463,11 +439,7 @@ fn a_vf_returned_late_is_not_lost() {
 /// the pod's interface, saying what to do; the VF stays held for other ADDs.
 #[test]
 fn an_unreadable_journal_holds_its_vf_and_its_ip() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let path = lab.state.join("c1:net1");
     let good = std::fs::read(&path).unwrap();
     std::fs::write(&path, b"{ truncated").unwrap();
@@ -481,8 +453,7 @@ fn an_unreadable_journal_holds_its_vf_and_its_ip() {
     let pod2 = lab.host.new_pod();
     lab.add("c2", &pod2, &conf).expect_code(101);
     std::fs::write(&path, good).unwrap();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
@@ -549,8 +520,7 @@ fn the_next_add_finishes_a_dead_holder() {
     // The old attachment's late DEL finds nothing to do and does not touch the VF.
     lab.del("old", pod.netns(), &conf).expect_ok();
     assert!(pod2.links().contains(&"net1".to_string()));
-    lab.del("new", pod2.netns(), &conf2).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("new", pod2.netns(), &conf2, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 

@@ -16,7 +16,6 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -106,14 +105,8 @@ fn raw_run(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let ns = std::fs::File::open(lab.host.host_netns_path()).unwrap();
-    // SAFETY: only setns(2), async-signal-safe, on an fd opened before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(std::io::Error::from)
-        });
-    }
+    let ns = common::emuhost::open_netns(&lab.host.host_netns_path());
+    common::emuhost::exec_in_netns_file(&mut cmd, ns);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -806,8 +799,7 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     }
     // With the store clean again, ADD and DEL work.
     lab.add("plant", &pod, &conf).expect_ok();
-    lab.del("plant", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("plant", pod.netns(), &conf, &before);
 
     // A FIFO and a dangling symlink planted at record names: ADD never opens a record
     // (it claims addresses with link(2), EEXIST meaning "held"), so both are skipped as
@@ -819,8 +811,7 @@ fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(r["ips"][0]["address"], "10.56.217.4/24", "{r}");
     assert!(!target.exists(), "symlink target created");
-    lab.del("plant2", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("plant2", pod.netns(), &conf, &before);
     for ip in ["10.56.217.2", "10.56.217.3"] {
         assert!(
             std::fs::symlink_metadata(store.join(ip)).is_ok(),

@@ -17,7 +17,6 @@ use common::lab::{bin, list};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, SystemTime};
 
 const DEBIAN_CNI: &str = "/usr/lib/cni";
 const NET: &str = "hdnet";
@@ -273,17 +272,7 @@ fn the_first_add_of_a_boot_frees_the_records_of_earlier_boots() {
         "0badb007-0000-4000-8000-000000000001\n",
     )
     .unwrap();
-    let long_ago = SystemTime::now() - Duration::from_secs(400 * 24 * 3600);
-    for (ip, owner) in [("10.67.0.2", "dead1"), ("10.67.0.3", "dead2")] {
-        let p = store.join(ip);
-        std::fs::write(&p, format!("{owner}\r\nnet1")).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(long_ago)
-            .unwrap();
-    }
+    common::lab::old_ipam_records(&store, &[("10.67.0.2", "dead1"), ("10.67.0.3", "dead2")]);
     let pod = fx.host.new_pod();
     let conf = fx.host_device(&fx.veth(), ipam.clone());
     // STATUS still sees the pool full (it frees nothing).
@@ -301,13 +290,7 @@ fn the_first_add_of_a_boot_frees_the_records_of_earlier_boots() {
         std::fs::read_to_string(store.join("10.67.0.2")).unwrap(),
         "r1\r\nnet1"
     );
-    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(store.join("boot_id"))
-            .unwrap()
-            .trim(),
-        running.trim()
-    );
+    common::lab::assert_running_boot(&store);
     st["ipam"] = conf["ipam"].clone();
     fx.run(&fx.ipam_bin(), "STATUS", "", "", &st).expect_ok();
     // A record of this boot (host-local sharing the store) is not freed by a later ADD.
@@ -317,13 +300,7 @@ fn the_first_add_of_a_boot_frees_the_records_of_earlier_boots() {
     let e = fx
         .run(&hd, "ADD", "r2", pod2.netns(), &conf2)
         .expect_code(103);
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("no IP addresses available"),
-        "{e}"
-    );
+    common::lab::assert_msg_has(&e, "no IP addresses available");
     fx.run(&hd, "DEL", "r1", pod.netns(), &conf).expect_ok();
     assert_eq!(fx.held(), ["10.67.0.3"]);
 }

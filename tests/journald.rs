@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::exec::output_with_stdin;
 use common::lab::bin;
 use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
@@ -62,7 +63,7 @@ fn add_with_journal_socket(socket: &Path, cid: &str, conf: &str) -> Output {
 }
 
 /// [`add_with_journal_socket`] for any command.
-fn run_with_journal_socket(socket: &Path, cmd: &str, cid: &str, conf: &str) -> Output {
+fn run_with_journal_socket(socket: &Path, cmd_name: &str, cid: &str, conf: &str) -> Output {
     common::policy::widen_for_tests();
     let script = format!(
         "set -e; mount -t tmpfs ib-sriov-journald-test /run; mkdir -p /run/systemd/journal; \
@@ -70,27 +71,33 @@ fn run_with_journal_socket(socket: &Path, cmd: &str, cid: &str, conf: &str) -> O
         socket.display(),
         bin().display()
     );
-    let mut child = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .env("CNI_COMMAND", cmd)
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+    cni_env(&mut cmd, cmd_name, cid);
+    output_with_stdin(&mut cmd, conf.as_bytes(), "unshare (util-linux)")
+}
+
+/// The CNI environment of a test call: `verb` on `cid`, interface `net1`, the test's
+/// own netns, no `CNI_PATH`, and no `JOURNAL_STREAM` (the plugin's stderr is a pipe).
+fn cni_env<'c>(cmd: &'c mut Command, verb: &str, cid: &str) -> &'c mut Command {
+    cmd.env("CNI_COMMAND", verb)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_IFNAME", "net1")
         .env("CNI_NETNS", "/proc/self/ns/net")
         .env("CNI_PATH", "/nonexistent")
         .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("unshare (util-linux)");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+}
+
+/// Runs `call` with a journal socket at `<dir>/journal.sock` listening (its path is
+/// `call`'s argument): the call's output and every datagram the socket received.
+fn with_journal_socket(dir: &Path, call: impl FnOnce(&Path) -> Output) -> (Output, Vec<Vec<u8>>) {
+    let sock_path = dir.join("journal.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receive_all(sock, stop.clone());
+    let out = call(&sock_path);
+    stop.store(true, Ordering::SeqCst);
+    (out, rx.join().unwrap())
 }
 
 /// Receives the datagrams sent to `sock` until `stop` is set and nothing more comes.
@@ -146,14 +153,10 @@ fn decode(mut d: &[u8]) -> HashMap<String, String> {
 #[test]
 fn records_go_to_the_journal_with_the_call_fields_and_to_stderr() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = marker("fields");
-    let out = add_with_journal_socket(&sock_path, &cid, &failing_conf(dir.path(), None));
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(sock, &cid, &failing_conf(dir.path(), None))
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let err: serde_json::Value = serde_json::from_str(&stdout)
@@ -215,14 +218,10 @@ fn records_go_to_the_journal_with_the_call_fields_and_to_stderr() {
 #[test]
 fn a_chosen_container_id_is_data_in_the_journal_never_a_field() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = format!("{}\nPRIORITY=0\nFORGED_FIELD=1\u{2028}x", marker("inject"));
-    let out = run_with_journal_socket(&sock_path, "DEL", &cid, &failing_conf(dir.path(), None));
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        run_with_journal_socket(sock, "DEL", &cid, &failing_conf(dir.path(), None))
+    });
     assert!(
         out.status.success(),
         "{}",
@@ -276,18 +275,14 @@ fn a_journal_that_refuses_falls_back_to_stderr_with_one_warning() {
 #[test]
 fn with_a_log_file_nothing_goes_to_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let log = dir.path().join("plugin.log");
-    let out = add_with_journal_socket(
-        &sock_path,
-        &marker("logfile"),
-        &failing_conf(dir.path(), Some(&log)),
-    );
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(
+            sock,
+            &marker("logfile"),
+            &failing_conf(dir.path(), Some(&log)),
+        )
+    });
     assert!(!out.status.success());
     assert!(got.is_empty(), "{} datagram(s)", got.len());
     assert!(std::fs::read_to_string(&log)
@@ -316,26 +311,13 @@ fn the_real_journal_shows_the_call_with_journalctl() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cid = marker("real");
-    let mut child = Command::new(bin())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", &cid)
-        .env("CNI_IFNAME", "net1")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_PATH", "/nonexistent")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(failing_conf(dir.path(), None).as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(bin());
+    cni_env(&mut cmd, "ADD", &cid);
+    let out = output_with_stdin(
+        &mut cmd,
+        failing_conf(dir.path(), None).as_bytes(),
+        "the plugin",
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("warning"), "{stderr}");
@@ -435,18 +417,13 @@ done
 echo "no entry in the private journal" >&2
 exit 1
 "#;
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", script])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c", script])
         .env("JOURNALD", journald)
         .env("PLUGIN", bin())
         .env("CONF", &conf)
-        .env("OUT", dir.path())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", &cid)
-        .env("CNI_IFNAME", "net1")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_PATH", "/nonexistent")
-        .env_remove("JOURNAL_STREAM")
+        .env("OUT", dir.path());
+    let out = cni_env(&mut cmd, "ADD", &cid)
         .stdin(Stdio::null())
         .output()
         .expect("unshare (util-linux)");
@@ -482,14 +459,10 @@ exit 1
 #[test]
 fn a_call_refused_before_parsing_is_logged_to_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("journal.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rx = receive_all(sock, stop.clone());
     let cid = marker("refused");
-    let out = add_with_journal_socket(&sock_path, &cid, "{\"cniVersion\": ");
-    stop.store(true, Ordering::SeqCst);
-    let got = rx.join().unwrap();
+    let (out, got) = with_journal_socket(dir.path(), |sock| {
+        add_with_journal_socket(sock, &cid, "{\"cniVersion\": ")
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let err: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(err["code"], 6, "{err}");

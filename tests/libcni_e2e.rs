@@ -64,20 +64,7 @@ impl Lab {
 
     /// The plugin's configuration for VF `vf` with the built-in IPAM on 10.56.217.0/24.
     fn plugin(&self, vf: u32) -> Value {
-        json!({
-            "type": "ib-sriov",
-            "deviceID": self.host.vf(vf).addr,
-            "stateDir": self.state,
-            "goCacheDir": self.host.root().join("go-cache"),
-            "logLevel": "debug",
-            "ipam": {
-                "type": "ib-sriov-ipam",
-                "subnet": "10.56.217.0/24",
-                "gateway": "10.56.217.1",
-                "routes": [{"dst": "192.168.0.0/16"}],
-                "dataDir": self.data,
-            }
-        })
+        common::lab::plugin_conf(&self.host, &self.state, &self.data, vf)
     }
 
     /// Writes `plugin` as a `.conf` or `.conflist` of network [`NET`] at `version`.
@@ -145,15 +132,7 @@ impl Lab {
 
     /// Addresses allocated in the built-in IPAM store of network [`NET`].
     fn allocations(&self) -> Vec<String> {
-        list(&self.data.join(NET))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        common::lab::ipam_allocations(&self.data.join(NET))
     }
 }
 
@@ -282,34 +261,23 @@ fn add_check_del_del_through_libcni_for_each_version_and_config_format() {
             }
 
             // DEL, then DEL again (no cached result, nothing left to undo).
-            lab.drive(&[], "del", &conf, pod.netns(), &cid).expect_ok();
-            assert_eq!(
-                lab.host.snapshot(),
-                before,
-                "{ctx}: host restored after DEL"
-            );
-            assert_eq!(pod.links(), vec!["lo"], "{ctx}");
-            assert!(lab.journals().is_empty(), "{ctx}: {:?}", lab.journals());
-            assert!(
-                lab.allocations().is_empty(),
-                "{ctx}: {:?}",
-                lab.allocations()
-            );
-            assert!(!lab.cache_entry(&cid).exists(), "{ctx}: libcni cache entry");
-
-            lab.drive(&[], "del", &conf, pod.netns(), &cid).expect_ok();
-            assert_eq!(
-                lab.host.snapshot(),
-                before,
-                "{ctx}: second DEL changed the host"
-            );
-            assert_eq!(pod.links(), vec!["lo"], "{ctx}");
-            assert!(lab.journals().is_empty(), "{ctx}: {:?}", lab.journals());
-            assert!(
-                lab.allocations().is_empty(),
-                "{ctx}: {:?}",
-                lab.allocations()
-            );
+            for (first, what) in [
+                (true, "host restored after DEL"),
+                (false, "second DEL changed the host"),
+            ] {
+                lab.drive(&[], "del", &conf, pod.netns(), &cid).expect_ok();
+                assert_eq!(lab.host.snapshot(), before, "{ctx}: {what}");
+                assert_eq!(pod.links(), vec!["lo"], "{ctx}");
+                assert!(lab.journals().is_empty(), "{ctx}: {:?}", lab.journals());
+                assert!(
+                    lab.allocations().is_empty(),
+                    "{ctx}: {:?}",
+                    lab.allocations()
+                );
+                if first {
+                    assert!(!lab.cache_entry(&cid).exists(), "{ctx}: libcni cache entry");
+                }
+            }
         }
     }
 }

@@ -74,8 +74,7 @@ fn the_pkey_arrives_in_time() {
     );
     assert!(!text.contains("not (yet) in the pkey table"), "{text}");
     assert_eq!(lab.read(lab.host.vf(0).ofed_node()), GUID);
-    lab.del("c1", pod.netns(), &c).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &c, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
@@ -108,8 +107,7 @@ fn the_pkey_arrives_late_code_11_host_unchanged_then_the_retry_works() {
     lab.add("c1", &pod, &c).expect_ok();
     assert_eq!(lab.read(lab.host.vf(1).ofed_node()), GUID);
     assert_eq!(pod.links().len(), 2);
-    lab.del("c1", pod.netns(), &c).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &c, &before);
 }
 
 /// Membership is part of the key: a limited-member entry (0x0005) does not satisfy a

@@ -224,8 +224,7 @@ fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
     let mut conf = lab.conf("1.0.0", 0);
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:01");
     lab.add("c1", &pod, &conf).expect_ok();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
 }
 
 #[test]
@@ -270,8 +269,7 @@ fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
     let res = lab.add("c2", &pod, &conf).expect_ok();
     assert_eq!(res["interfaces"][0]["name"], "net1");
     assert_eq!(pod.links(), vec!["lo"]);
-    lab.del("c2", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c2", pod.netns(), &conf, &before);
 
     // vfioPciMode: true on a VF bound to mlx5_core: refused before any change, as Go.
     let mut conf = lab.conf("1.0.0", 0);
@@ -376,12 +374,8 @@ fn del_after_the_pod_netns_was_deleted() {
 /// altname of the very same link; an altname of another link is never touched.
 #[test]
 fn del_renames_back_over_its_own_altname() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
     let netns = pod.netns().to_string();
     pod.delete().unwrap();
     lab.host
@@ -396,8 +390,7 @@ fn del_renames_back_over_its_own_altname() {
         !refused.status.success(),
         "the kernel refuses the name held as an altname"
     );
-    lab.del("c1", &netns, &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", &netns, &conf, &before);
     let shown = String::from_utf8_lossy(
         &lab.host
             .host_ip(&["-d", "link", "show", "dev", &orig])
@@ -905,8 +898,7 @@ fn failed_rollback_keeps_the_journal_for_del() {
         "{e}"
     );
     assert_eq!(lab.journals(), vec!["fp:net1"]);
-    lab.del("fp", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("fp", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 
@@ -954,8 +946,7 @@ fn rdma_isolation_on_a_kernel_without_rdma() {
             r.stderr
         );
         r.expect_ok();
-        lab.del("c1", pod.netns(), &conf).expect_ok();
-        assert_eq!(lab.host.snapshot(), before);
+        lab.del_restores("c1", pod.netns(), &conf, &before);
     }
 }
 
@@ -1014,8 +1005,7 @@ fn empty_ipam_object_means_no_ipam() {
         Value::Null
     );
     lab.del("e1", pod.netns(), &conf).expect_ok();
-    lab.del("e1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("e1", pod.netns(), &conf, &before);
     assert!(lab.journals().is_empty() && lab.allocations().is_empty());
 }
 

@@ -59,8 +59,7 @@ fn del_recreates_a_vf_netdev_destroyed_with_its_pod_netns() {
     assert!(lab.allocations().is_empty(), "IP released");
     assert!(holders(&lab).is_empty(), "holder link removed");
     assert_eq!(lab.host.snapshot(), before);
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    lab.del_restores("c1", pod.netns(), &conf, &before);
 }
 
 /// The same attachment destroyed with its netns is reconciled by GC, which does not
@@ -154,12 +153,8 @@ fn a_name_held_by_another_netdev_of_the_vf_is_waited_for() {
 /// what the plugin does"), leaving the squatter alone; a second DEL changes nothing.
 #[test]
 fn original_name_taken_with_the_pod_gone_falls_back() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
+    let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
     lab.host.host_ip(&[
         "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
     ]);

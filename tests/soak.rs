@@ -45,11 +45,12 @@ mod common;
 
 use common::emuhost::{vf_netdev, vf_peer, EmuHost, EmuOptions, HostSnapshot, LinkSnapshot, Pod};
 use common::failpoints::{ADD_POINTS, DEL_POINTS};
+use common::lab::list;
 use common::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -972,7 +973,7 @@ fn return_vf(host: &EmuHost, base: &HostSnapshot, vf: u32) {
 /// Runs one plugin process in the host netns with the environment run_plugin sets, the
 /// fail points of `kill`, and SIGKILL after the delay of `Kill::Signal`.
 fn invoke(host: &EmuHost, cmd: &str, a: &Att, conf: &Value, kill: Kill) -> Outcome {
-    let ns = std::fs::File::open(host.host_netns_path()).expect("host netns");
+    let ns = common::emuhost::open_netns(&host.host_netns_path());
     let mut c = Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -997,14 +998,7 @@ fn invoke(host: &EmuHost, cmd: &str, a: &Att, conf: &Value, kill: Kill) -> Outco
     c.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec and only calls setns(2), which is
-    // async-signal-safe; `ns` was opened (O_CLOEXEC) before the fork.
-    unsafe {
-        c.pre_exec(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(std::io::Error::from)
-        });
-    }
+    common::emuhost::exec_in_netns_file(&mut c, ns);
     let mut child = c.spawn().expect("starting the plugin");
     let t0 = Instant::now();
     let mut stdin = child.stdin.take().unwrap();
@@ -1092,18 +1086,6 @@ fn run_job(host: &EmuHost, a: &Att, job: &Job) -> JobResult {
         }
     }
     res
-}
-
-fn list(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 #[cfg(feature = "failpoints")]

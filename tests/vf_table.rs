@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::emuhost::PF_PORT_GUID;
-use common::lab::{bin, Lab};
+use common::emuhost::{HostSnapshot, Pod, PF_PORT_GUID};
+use common::lab::{Lab, Run};
 use serde_json::{json, Value};
 
 const EMSGSIZE_GET: (&str, &str) = ("IB_SRIOV_FAILPOINTS", "netlink.vf_get=errno90");
@@ -28,13 +28,26 @@ fn conf(lab: &Lab, vf: u32) -> Value {
     c
 }
 
+/// ADD of VF `vf` as `c1` in a new pod with the fail points `fp`: the pod, the config
+/// and ADD's run.
+fn add_with(lab: &Lab, vf: u32, fp: (&str, &str)) -> (Pod, Value, Run) {
+    let pod = lab.host.new_pod();
+    let c = conf(lab, vf);
+    let add = lab.run("ADD", "c1", pod.netns(), &c, &[fp]);
+    (pod, c, add)
+}
+
+/// DEL of `c1` with the fail points `fp`: it succeeds and the host is as `before`.
+fn del_with(lab: &Lab, pod: &Pod, c: &Value, fp: (&str, &str), before: &HostSnapshot) {
+    lab.run("DEL", "c1", pod.netns(), c, &[fp]).expect_ok();
+    assert_eq!(&lab.host.snapshot(), before);
+}
+
 #[test]
 fn emsgsize_on_the_single_request_reads_the_link_dump() {
     let lab = Lab::default();
     let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let c = conf(&lab, 1);
-    let add = lab.run("ADD", "c1", pod.netns(), &c, &[EMSGSIZE_GET]);
+    let (pod, c, add) = add_with(&lab, 1, EMSGSIZE_GET);
     assert!(
         add.stderr.contains("does not fit its own buffer")
             && add.stderr.contains("reading it from a link dump"),
@@ -47,18 +60,14 @@ fn emsgsize_on_the_single_request_reads_the_link_dump() {
         add.stderr
     );
     add.expect_ok();
-    lab.run("DEL", "c1", pod.netns(), &c, &[EMSGSIZE_GET])
-        .expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    del_with(&lab, &pod, &c, EMSGSIZE_GET, &before);
 }
 
 #[test]
 fn a_vf_table_no_route_can_read_is_said_and_the_ofed_files_still_serve() {
     let lab = Lab::default();
     let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let c = conf(&lab, 2);
-    let add = lab.run("ADD", "c1", pod.netns(), &c, &[EMSGSIZE_BOTH]);
+    let (pod, c, add) = add_with(&lab, 2, EMSGSIZE_BOTH);
     assert!(
         add.stderr.contains("cannot be read over netlink")
             && add.stderr.contains("(single request)")
@@ -68,24 +77,11 @@ fn a_vf_table_no_route_can_read_is_said_and_the_ofed_files_still_serve() {
     );
     add.expect_ok();
     // The doctor names it (the same fail points, in the doctor's process).
-    let out = lab.host.host_exec(&[
-        "env",
-        "IB_SRIOV_FAILPOINTS=netlink.vf_get=errno90,netlink.vf_dump=errno90",
-        &format!("IB_SRIOV_SYSFS_ROOT={}", lab.host.root().display()),
-        &bin().display().to_string(),
-        "doctor",
-        "--json",
-        "--state-dir",
-        &lab.state.display().to_string(),
-    ]);
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let f: Vec<&Value> = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["code"] == "vf-table-unreadable")
-        .collect();
-    assert_eq!(f.len(), 1, "{j}");
+    let f = lab.doctor_findings(
+        &["IB_SRIOV_FAILPOINTS=netlink.vf_get=errno90,netlink.vf_dump=errno90"],
+        "vf-table-unreadable",
+    );
+    assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0]["subject"], lab.host.pf().addr.as_str());
     assert!(
         f[0]["message"]
@@ -95,9 +91,7 @@ fn a_vf_table_no_route_can_read_is_said_and_the_ofed_files_still_serve() {
         "{}",
         f[0]
     );
-    lab.run("DEL", "c1", pod.netns(), &c, &[EMSGSIZE_BOTH])
-        .expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
+    del_with(&lab, &pod, &c, EMSGSIZE_BOTH, &before);
 }
 
 /// What DEL does with originals ADD could not read (journaled as null): link state
@@ -133,24 +127,12 @@ fn unknown_originals_are_restored_by_the_stated_rule() {
     assert_eq!(seen, 2, "{jv}");
     std::fs::write(&jp, jv.to_string()).unwrap();
 
-    let out = lab.host.host_exec(&[
-        "env",
-        &format!("IB_SRIOV_SYSFS_ROOT={}", lab.host.root().display()),
-        &bin().display().to_string(),
-        "doctor",
-        "--json",
-        "--state-dir",
-        &lab.state.display().to_string(),
-    ]);
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let unknown: Vec<String> = j["findings"]
-        .as_array()
-        .unwrap()
+    let unknown: Vec<String> = lab
+        .doctor_findings(&[], "original-unknown")
         .iter()
-        .filter(|f| f["code"] == "original-unknown")
         .map(|f| f["message"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(unknown.len(), 2, "{j}");
+    assert_eq!(unknown.len(), 2, "{unknown:?}");
     assert!(unknown.iter().any(|m| m.contains("original GUID")));
     assert!(unknown.iter().any(|m| m.contains("original link state")));
 

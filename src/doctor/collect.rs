@@ -167,41 +167,30 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             let cfg = configs.iter().find(|c| c.vf == index.0);
             let ofed = sysfs.ofed_dir(pf_addr, index).is_some();
             guid_ofed |= ofed;
-            let guid = |kind: GuidKind| -> Option<String> {
-                let from_nl = match kind {
-                    GuidKind::Node => cfg.and_then(|c| c.node_guid),
-                    GuidKind::Port => cfg.and_then(|c| c.port_guid),
-                };
-                from_nl
-                    .or_else(|| sysfs.read_ofed_guid(pf_addr, index, kind).ok().flatten())
-                    .map(|g| g.to_string())
-            };
+            let guids =
+                crate::vfguid::VfGuids::read(&sysfs, nl.as_ref(), pf_addr, index, addr, &configs);
+            let guid = |kind: GuidKind| guids.guid(kind).map(|g| g.to_string());
             let link_state = cfg
                 .and_then(|c| c.link_state)
                 .or_else(|| sysfs.read_ofed_policy(pf_addr, index).ok().flatten())
                 .map(|l| l.to_string());
             // Listed in sysfs and, when rtnetlink answers, present in this netns (a
             // name just renamed or moved away is left out rather than shown stale).
-            let mut ipoib_guid = None;
-            let netdevs: Vec<Netdev> = sysfs
-                .netdevs(addr)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|name| match nl.as_ref() {
-                    Some(nl) => {
-                        let l = nl.link_by_name(&name).ok().flatten()?;
-                        ipoib_guid =
-                            ipoib_guid.or(crate::types::Guid::from_ipoib_hwaddr(&l.address));
-                        Some(Netdev {
-                            up: l.up,
-                            carrier: l.carrier,
-                            name,
-                        })
-                    }
-                    None => Some(Netdev {
+            let ipoib_guid = guids.ipoib().next();
+            let netdevs: Vec<Netdev> = guids
+                .netdevs
+                .iter()
+                .filter_map(|(name, l)| match (nl.as_ref(), l) {
+                    (Some(_), Some(l)) => Some(Netdev {
+                        up: l.up,
+                        carrier: l.carrier,
+                        name: name.clone(),
+                    }),
+                    (Some(_), None) => None,
+                    (None, _) => Some(Netdev {
                         up: false,
                         carrier: false,
-                        name,
+                        name: name.clone(),
                     }),
                 })
                 .collect();

@@ -4,23 +4,97 @@
 //! undoes every begun step in reverse (`steps::undo`).
 
 use super::steps::{self, ns_id, Apply, Host, Pod, PodNs};
-use super::vfattr::PfView;
-use super::Ctx;
+use super::vfattr::{PfView, VfState};
+use super::{Ctx, Ipam};
 use crate::cni::{code, CniError, CniOutput, Interface};
 use crate::failpoint::hit;
-use crate::journal::{Journal, Step, JOURNAL_VERSION};
+use crate::fsutil::FileLock;
+use crate::journal::{Journal, NetdevId, NsId, Step, JOURNAL_VERSION};
+use crate::netlink::Link;
 use crate::netns::NetNs;
-use crate::types::Guid;
+use crate::sysfs::VfDevice;
+use crate::types::{Guid, PciAddress};
+use crate::vfguid::GuidOrigin;
 use serde_json::Value;
 
+/// ADD, as its phases (docs/design.md "How it fits together" lists them by these
+/// names): [`resolve_device`], [`take_vf`], [`clear_dead_holder`], [`find_vf_netdev`],
+/// [`read_originals`], [`choose_guid`], [`plan`], [`journal_plan`], [`run_steps`],
+/// [`finish`]; on a failure after the plan is journaled, [`roll_back`].
 pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
-    let (conf, env) = (ctx.conf, ctx.env);
+    let r = resolve_device(ctx)?;
+    let host = r.host;
+    let _lock = take_vf(ctx, &host, r.vf_addr)?;
+    let known_id = clear_dead_holder(ctx, &host, r.vf_addr)?;
+    let pod = Pod::new(r.pod_ns);
+    let host_link = find_vf_netdev(ctx, &host, &pod, r.vf_addr, r.vfio, known_id.as_ref())?;
+    let orig = read_originals(ctx, &host, &r.dev, r.is_pf, host_link.as_ref())?;
+    let set_guid = choose_guid(ctx, &host, &r.dev, r.is_pf, &orig)?;
+    let planned = Planned {
+        vfio: r.vfio,
+        is_pf: r.is_pf,
+        pod_id: r.pod_id,
+        rdma_dev: r.rdma_dev,
+        has_ipam: r.ipam.is_some(),
+    };
+    let mut j = plan(ctx, &r.dev, planned, &orig, set_guid, host_link.as_ref());
+    journal_plan(ctx, &j)?;
+    let pod_guid = j.guid;
+    let mut cx = Apply {
+        ctx,
+        host: &host,
+        pod: &pod,
+        view: orig.view,
+        ipam: r.ipam.as_ref(),
+        out: CniOutput::default(),
+    };
+    let (begun, mut failure) = run_steps(&mut cx, &mut j, pod_guid);
+    if failure.is_none() {
+        failure = finish(ctx, &mut j, &mut cx.out).err();
+    }
+    let out = std::mem::take(&mut cx.out);
+    drop(cx);
+    match failure {
+        None => Ok(out.to_json(ctx.conf.cni_version)),
+        Some(e) => Err(roll_back(ctx, &host, &j, pod, begun, e)),
+    }
+}
 
-    // 1. Every input, before anything changes.
+/// What [`resolve_device`] found: the inputs every later phase works from.
+struct Resolved<'a> {
+    /// The VF's PCI address (`deviceID`).
+    vf_addr: PciAddress,
+    /// The IPAM to allocate from, when the network has one.
+    ipam: Option<Ipam>,
+    /// The device as sysfs describes it.
+    dev: VfDevice,
+    /// The device is a vfio-pci PF passed through whole.
+    is_pf: bool,
+    /// vfio mode: the device is bound to vfio-pci.
+    vfio: bool,
+    /// The pod's netns (`CNI_NETNS`), open.
+    pod_ns: NetNs,
+    /// The host adapters.
+    host: Host<'a>,
+    /// The pod netns' identity (nsfs device and inode).
+    pod_id: NsId,
+    /// The RDMA device to move into the pod, when RDMA isolation applies.
+    rdma_dev: Option<String>,
+}
+
+/// Phase "resolve the device": every input, checked before anything changes on the
+/// host: the configuration ([`crate::config::NetConf::validate_for_add`]), the IPAM,
+/// the device and its mode ([`device_and_mode`]), `CNI_NETNS` (not the host's own),
+/// the device-info path, the pkey wait ([`check_pkey_wait`]) and the RDMA plan;
+/// logs [`device_warnings`].
+///
+/// Errors: code 7 (configuration, device), 3 (`CNI_NETNS` unopenable), 4 (environment).
+fn resolve_device<'a>(ctx: &'a Ctx) -> Result<Resolved<'a>, CniError> {
+    let conf = ctx.conf;
     let vf_addr = conf.validate_for_add()?;
     let ipam = ctx.ipam()?;
     let (dev, is_pf, vfio) = device_and_mode(&ctx.sysfs, conf, vf_addr)?;
-    let netns_path = env.netns.as_deref().unwrap_or_default();
+    let netns_path = ctx.env.netns.as_deref().unwrap_or_default();
     let pod_ns = NetNs::open(netns_path)
         .map_err(|e| CniError::new(code::UNKNOWN_CONTAINER, format!("CNI_NETNS: {e}")))?;
     let host = Host::open(&ctx.sysfs)?;
@@ -38,89 +112,119 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     for w in device_warnings(conf, &dev, is_pf, vfio) {
         log::warn!("{w}");
     }
+    Ok(Resolved {
+        vf_addr,
+        ipam,
+        dev,
+        is_pf,
+        vfio,
+        pod_ns,
+        host,
+        pod_id,
+        rdma_dev,
+    })
+}
 
-    let _lock = ctx.lock_vf(vf_addr)?;
+/// Phase "take the VF": its lock (held until ADD returns), then an earlier ADD of this
+/// attachment settled ([`settle_earlier_add`]).
+///
+/// Errors: code 11 when the lock is not had within `lockTimeoutMs`; those of
+/// [`settle_earlier_add`].
+fn take_vf(ctx: &Ctx, host: &Host, vf_addr: PciAddress) -> Result<FileLock, CniError> {
+    let lock = ctx.lock_vf(vf_addr)?;
+    settle_earlier_add(ctx, host, vf_addr)?;
+    Ok(lock)
+}
 
-    // 2. An earlier ADD of this attachment: finished -> refused (the runtime must DEL
-    // first, SPEC.md "ADD"); unfinished -> undone first, but only once its writer is
-    // provably gone: an ADD holds its VF's lock from before its journal exists until it
-    // has finished or rolled back, so the journal is read again under that lock (an
-    // ADD of the same attachment still running on another VF -- a runtime retrying --
-    // is waited for, bounded by lockTimeoutMs, and then found finished or gone).
-    if let Some(seen) = ctx.store.load(&env.container_id, &env.ifname)? {
-        let exists = |j: &Journal| {
-            CniError::env(format!(
-                "attachment {}/{} already exists (VF {}, network {}): DEL it first",
-                env.container_id, env.ifname, j.vf, j.network
-            ))
-        };
-        if seen.complete {
-            return Err(exists(&seen));
-        }
-        let other_lock = if seen.vf != vf_addr {
-            Some(ctx.lock_vf(seen.vf)?)
-        } else {
-            None
-        };
-        match ctx.store.load(&env.container_id, &env.ifname)? {
-            None => {} // that ADD failed and rolled back meanwhile
-            Some(j) if j.complete => return Err(exists(&j)),
-            Some(j) if j.vf != seen.vf => {
-                return Err(CniError::try_later(format!(
-                    "another ADD of {}/{} is running (VF {}): retry",
-                    env.container_id, env.ifname, j.vf
-                )))
-            }
-            Some(stale) => {
-                log::warn!(
-                    "found the journal of an interrupted ADD of {}/{} (VF {}, its writer is gone: its VF lock is ours); undoing it first",
-                    env.container_id,
-                    env.ifname,
-                    stale.vf
-                );
-                super::teardown::teardown_locked(ctx, &host, &stale, None, true)?;
-            }
-        }
-        drop(other_lock);
+/// An earlier ADD of this attachment: finished -> refused (the runtime must DEL first,
+/// SPEC.md "ADD"); unfinished -> undone first, but only once its writer is provably
+/// gone: an ADD holds its VF's lock from before its journal exists until it has
+/// finished or rolled back, so the journal is read again under that lock (an ADD of the
+/// same attachment still running on another VF -- a runtime retrying -- is waited for,
+/// bounded by lockTimeoutMs, and then found finished or gone).
+///
+/// Errors: code 4 (attachment exists), 11 (another ADD of it is running).
+fn settle_earlier_add(ctx: &Ctx, host: &Host, vf_addr: PciAddress) -> Result<(), CniError> {
+    let env = ctx.env;
+    let Some(seen) = ctx.store.load(&env.container_id, &env.ifname)? else {
+        return Ok(());
+    };
+    let exists = |j: &Journal| {
+        CniError::env(format!(
+            "attachment {}/{} already exists (VF {}, network {}): DEL it first",
+            env.container_id, env.ifname, j.vf, j.network
+        ))
+    };
+    if seen.complete {
+        return Err(exists(&seen));
     }
+    let other_lock = if seen.vf != vf_addr {
+        Some(ctx.lock_vf(seen.vf)?)
+    } else {
+        None
+    };
+    match ctx.store.load(&env.container_id, &env.ifname)? {
+        None => {} // that ADD failed and rolled back meanwhile
+        Some(j) if j.complete => return Err(exists(&j)),
+        Some(j) if j.vf != seen.vf => {
+            return Err(CniError::try_later(format!(
+                "another ADD of {}/{} is running (VF {}): retry",
+                env.container_id, env.ifname, j.vf
+            )))
+        }
+        Some(stale) => {
+            log::warn!(
+                "found the journal of an interrupted ADD of {}/{} (VF {}, its writer is gone: its VF lock is ours); undoing it first",
+                env.container_id,
+                env.ifname,
+                stale.vf
+            );
+            super::teardown::teardown_locked(ctx, host, &stale, None, true)?;
+        }
+    }
+    drop(other_lock);
+    Ok(())
+}
 
-    // 3. The VF is free, the pod's interface name too.
-    let mut known_id = None;
+/// Phase "clear what a dead attachment left": the VF is free. An attachment of ours
+/// whose pod netns is gone (the runtime has not sent DEL yet, or its DEL failed while
+/// the kernel was returning the VF) is torn down now; so is the VF state of one the Go
+/// plugin made (a node upgraded with pods running) once its netdev is back in the host
+/// (or, in vfio mode, since the device plugin handed the VF out again). Returns the
+/// identity of the netdev a torn-down attachment of ours had, to find it again.
+///
+/// Errors: code 10 (device busy) when a live attachment holds the VF; those of the
+/// teardown (code 11 when the VF is not back yet).
+fn clear_dead_holder(
+    ctx: &Ctx,
+    host: &Host,
+    vf_addr: PciAddress,
+) -> Result<Option<NetdevId>, CniError> {
+    let env = ctx.env;
     match ctx.store.holder(vf_addr, (&env.container_id, &env.ifname))? {
         Some(Ok(j)) if matches!(steps::resolve_pod(&j, None)?, PodNs::Gone) => {
-            // Its pod is gone and the runtime has not sent DEL yet (or it failed while
-            // the kernel was returning the VF): finish that DEL's work now. Code 11 when
-            // the VF is not back yet.
             log::warn!(
                 "VF {vf_addr} is held by {}/{}, whose network namespace is gone: restoring it first",
                 j.container_id,
                 j.ifname
             );
-            super::teardown::teardown_locked(ctx, &host, &j, None, true)?;
-            known_id = j.netdev().map(|(id, ..)| id.clone());
+            super::teardown::teardown_locked(ctx, host, &j, None, true)?;
+            Ok(j.netdev().map(|(id, ..)| id.clone()))
         }
-        Some(Ok(j)) => {
-            return Err(CniError::new(
-                code::DEVICE_BUSY,
-                format!(
-                    "VF {vf_addr} is already attached to container {} as {} (network {}); DEL that attachment first",
-                    j.container_id, j.ifname, j.network
-                ),
-            ))
-        }
-        Some(Err(e)) => {
-            return Err(CniError::new(
-                code::DEVICE_BUSY,
-                format!("VF {vf_addr} is held by an attachment whose {e}"),
-            ))
-        }
-        // No attachment of ours: one the Go plugin made may still hold it (a node
-        // upgraded with pods running). Its pod is gone when the VF's netdev is back in
-        // the host (or, in vfio mode, since the device plugin handed the VF out again);
-        // then its VF state is undone first, as for ours.
+        Some(Ok(j)) => Err(CniError::new(
+            code::DEVICE_BUSY,
+            format!(
+                "VF {vf_addr} is already attached to container {} as {} (network {}); DEL that attachment first",
+                j.container_id, j.ifname, j.network
+            ),
+        )),
+        Some(Err(e)) => Err(CniError::new(
+            code::DEVICE_BUSY,
+            format!("VF {vf_addr} is held by an attachment whose {e}"),
+        )),
         None => {
             if let Some(go) = super::upgrade::holder_of(ctx, vf_addr) {
-                let in_host = go.vfio || steps::find_in_host(&host, vf_addr, None)?.is_some();
+                let in_host = go.vfio || steps::find_in_host(host, vf_addr, None)?.is_some();
                 if !in_host {
                     let by = if go.ours.is_some() {
                         "by an attachment of ib-sriov whose journal was lost (its stateDir emptied; the rollback file its ADD wrote remains"
@@ -135,20 +239,37 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
                         ),
                     ));
                 }
-                super::upgrade::finish_dead(ctx, &host, &go)?;
+                super::upgrade::finish_dead(ctx, host, &go)?;
             }
+            Ok(None)
         }
     }
-    let pod = Pod::new(pod_ns);
+}
+
+/// Phase "find the VF's netdev": `CNI_IFNAME` is free in the pod, the VF's netdev is
+/// in the host (found by `known` identity first, else by PCI address), and the
+/// device-info file does not exist yet. `None` in vfio mode (no netdev).
+///
+/// Errors: code 4 (`CNI_IFNAME` taken), 7 (no netdev in the host, device-info file
+/// present).
+fn find_vf_netdev(
+    ctx: &Ctx,
+    host: &Host,
+    pod: &Pod,
+    vf_addr: PciAddress,
+    vfio: bool,
+    known: Option<&NetdevId>,
+) -> Result<Option<Link>, CniError> {
     let mut host_link = None;
     if !vfio {
-        if pod.nl()?.link_by_name(&env.ifname)?.is_some() {
+        let ifname = &ctx.env.ifname;
+        if pod.nl()?.link_by_name(ifname)?.is_some() {
             return Err(CniError::env(format!(
-                "CNI_IFNAME {} already exists in network namespace {netns_path}",
-                env.ifname
+                "CNI_IFNAME {ifname} already exists in network namespace {}",
+                ctx.env.netns.as_deref().unwrap_or_default()
             )));
         }
-        let l = steps::find_in_host(&host, vf_addr, known_id.as_ref())?.ok_or_else(|| {
+        let l = steps::find_in_host(host, vf_addr, known)?.ok_or_else(|| {
             CniError::config(format!(
                 "VF {vf_addr} has no netdev in the host network namespace ({}/net is empty): it may be attached to another pod, or its driver is not loaded",
                 ctx.sysfs.pci_device_dir(vf_addr).display()
@@ -156,7 +277,7 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         })?;
         host_link = Some(l);
     }
-    if let Some(p) = &conf.device_info_file {
+    if let Some(p) = &ctx.conf.device_info_file {
         if std::fs::symlink_metadata(p).is_ok() {
             return Err(CniError::config(format!(
                 "runtimeConfig.CNIDeviceInfoFile {} already exists and was not written by this attachment; it is neither overwritten nor removed",
@@ -164,13 +285,39 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             )));
         }
     }
+    Ok(host_link)
+}
 
-    // 4. Original state, read before anything changes, and the plan.
+/// The VF's state before ADD changes anything, from [`read_originals`].
+struct Originals<'a> {
+    /// The VF through its PF (the steps set its attributes through it).
+    view: PfView<'a>,
+    /// Link state and GUIDs as the PF reports them (empty for a PF passed through).
+    st: VfState,
+    /// The PF's port GUID, from its IPoIB hardware address.
+    pf_port_guid: Option<Guid>,
+    /// The VF's node GUID ([`VfState::guids_with_ipoib`]).
+    node: Option<Guid>,
+    /// The VF's port GUID, likewise.
+    port: Option<Guid>,
+}
+
+/// Phase "read the originals": the VF's link state and GUIDs through its PF
+/// ([`PfView::read`]), the IPoIB port GUID of its host netdev, and the PF's port GUID
+/// (from the PF link read here: no extra read on ADD's path).
+///
+/// Errors: code 11/999 from rtnetlink or sysfs reads.
+fn read_originals<'a>(
+    ctx: &'a Ctx,
+    host: &'a Host,
+    dev: &VfDevice,
+    is_pf: bool,
+    host_link: Option<&Link>,
+) -> Result<Originals<'a>, CniError> {
     let pf_link = match &dev.pf_netdev {
         Some(n) => host.nl.link_by_name(n)?,
         None => None,
     };
-    // From the PF link already read: no extra read on ADD's path.
     let pf_port_guid = pf_link
         .as_ref()
         .and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
@@ -182,25 +329,47 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         vf: dev.vf_index,
     };
     let st = if is_pf {
-        super::vfattr::VfState::default()
+        VfState::default()
     } else {
         view.read()?
     };
-    let ipoib_guid = host_link
-        .as_ref()
-        .and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
-    let (orig_node, orig_port) = st.guids_with_ipoib(ipoib_guid);
+    let ipoib_guid = host_link.and_then(|l| Guid::from_ipoib_hwaddr(&l.address));
+    let (node, port) = st.guids_with_ipoib(ipoib_guid);
     if let (Some(nl), Some(ip)) = (st.port_guid.map(|g| g.0), ipoib_guid) {
         if nl != ip {
             log::info!(
-                "VF {vf_addr}: the PF reports port GUID {nl}, its IPoIB address says {ip}; using {ip}"
+                "VF {}: the PF reports port GUID {nl}, its IPoIB address says {ip}; using {ip}",
+                dev.addr
             );
         }
     }
-    let set_guid = match conf.guid {
+    Ok(Originals {
+        view,
+        st,
+        pf_port_guid,
+        node,
+        port,
+    })
+}
+
+/// Phase "choose the GUID": the GUID ADD sets, with where it came from when ADD chose
+/// it; `None` when the VF keeps its own: the given GUID (`runtimeConfig` or
+/// `args.cni.guid`) unless the VF has it already; else the VF's own when assignable;
+/// else [`fallback_guid`]. A PF passed through gets none.
+///
+/// Errors: those of [`fallback_guid`] (code 7).
+fn choose_guid(
+    ctx: &Ctx,
+    host: &Host,
+    dev: &VfDevice,
+    is_pf: bool,
+    orig: &Originals,
+) -> Result<Option<(Guid, Option<GuidOrigin>)>, CniError> {
+    let vf_addr = dev.addr;
+    Ok(match ctx.conf.guid {
         Some(_) if is_pf => None,
         Some((g, src)) => {
-            if orig_node == Some(g) && orig_port == Some(g) {
+            if orig.node == Some(g) && orig.port == Some(g) {
                 log::info!("VF {vf_addr} already has GUID {g} ({src:?}); no change");
                 None
             } else {
@@ -208,62 +377,137 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             }
         }
         None if is_pf => None,
-        None => match orig_port.or(orig_node) {
+        None => match orig.port.or(orig.node) {
             Some(g) if g.is_assignable() => {
                 log::info!("VF {vf_addr} keeps its GUID {g}");
                 None
             }
             // All-zero, all-ones or unreadable: the operator's GUID file, else (opted
             // in) the derived GUID (crate::vfguid).
-            cur => fallback_guid(ctx, &host, &dev, &view, cur)?.map(|f| (f.guid, Some(f.origin))),
+            cur => {
+                fallback_guid(ctx, host, dev, &orig.view, cur)?.map(|f| (f.guid, Some(f.origin)))
+            }
         },
-    };
-    let orig_ls = st.link_state.map(|s| s.0);
+    })
+}
+
+/// The facts of [`resolve_device`] that [`plan`] journals.
+struct Planned {
+    /// vfio mode.
+    vfio: bool,
+    /// A PF passed through (no link state, no GUID).
+    is_pf: bool,
+    /// The pod netns' identity.
+    pod_id: NsId,
+    /// The RDMA device to move, when RDMA isolation applies.
+    rdma_dev: Option<String>,
+    /// The network has an IPAM.
+    has_ipam: bool,
+}
+
+/// Phase "plan the steps": the journal of this attachment, not yet written: its typed
+/// steps ([`plan_steps`]) and the facts DEL needs (netns identity, PF, VF index, the
+/// configuration without `prevResult`, the pod's GUID and the PF's port GUID).
+fn plan(
+    ctx: &Ctx,
+    dev: &VfDevice,
+    mut p: Planned,
+    orig: &Originals,
+    set_guid: Option<(Guid, Option<GuidOrigin>)>,
+    host_link: Option<&Link>,
+) -> Journal {
+    let (conf, env) = (ctx.conf, ctx.env);
     // The GUID the subnet manager must put into the partition: the one ADD sets, else
     // the VF's own (for pkeyWaitMs' message).
     let pod_guid = set_guid
         .as_ref()
         .map(|(g, _)| *g)
-        .or(orig_port)
-        .or(orig_node);
+        .or(orig.port)
+        .or(orig.node);
+    let steps = plan_steps(ctx, &mut p, orig, set_guid, host_link);
+    let Planned { vfio, pod_id, .. } = p;
+    let mut raw = conf.raw.clone();
+    if let Some(o) = raw.as_object_mut() {
+        o.remove("prevResult");
+    }
+    Journal {
+        version: JOURNAL_VERSION,
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        netns_id: Some(pod_id),
+        network: conf.name.clone(),
+        vf: dev.addr,
+        pf: dev.pf,
+        vf_index: dev.vf_index,
+        pf_netdev: dev.pf_netdev.clone(),
+        vfio,
+        rdma_isolation: conf.rdma_isolation,
+        conf: raw,
+        steps,
+        complete: false,
+        boot_id: crate::boot::id().map(str::to_string),
+        rdma_devices: if vfio {
+            Vec::new()
+        } else {
+            dev.rdma_devices.clone()
+        },
+        pod: crate::journal::PodRef::from_args(&env.args),
+        guid: pod_guid,
+        pf_port_guid: orig.pf_port_guid,
+    }
+}
 
-    let mut plan = Vec::new();
-    let want_ls = conf.link_state.filter(|_| !is_pf);
+/// The typed steps of [`plan`], in the order they run, each only when it changes
+/// something: link state, GUID, RDMA move, device-info file, netdev move, IPAM (with a
+/// netdev only), Go cache file. Takes the RDMA device out of `p` (moved into its step).
+fn plan_steps(
+    ctx: &Ctx,
+    p: &mut Planned,
+    orig: &Originals,
+    set_guid: Option<(Guid, Option<GuidOrigin>)>,
+    host_link: Option<&Link>,
+) -> Vec<Step> {
+    let (conf, env) = (ctx.conf, ctx.env);
+    let st = &orig.st;
+    let orig_ls = st.link_state.map(|s| s.0);
+    let mut steps = Vec::new();
+    let want_ls = conf.link_state.filter(|_| !p.is_pf);
     if let Some(want) = want_ls.filter(|want| orig_ls != Some(*want)) {
-        plan.push(Step::LinkState {
+        steps.push(Step::LinkState {
             orig: orig_ls,
             want,
             via: st.link_state.map(|s| s.1),
         });
     }
     if let Some((want, origin)) = set_guid {
-        plan.push(Step::Guid {
-            orig_node,
-            orig_port,
+        steps.push(Step::Guid {
+            orig_node: orig.node,
+            orig_port: orig.port,
             want,
             via: st.node_guid.map(|g| g.1),
-            rebind: !vfio,
+            rebind: !p.vfio,
             origin,
         });
     }
-    if let Some(device) = rdma_dev {
-        plan.push(Step::RdmaMove { device });
+    if let Some(device) = p.rdma_dev.take() {
+        steps.push(Step::RdmaMove { device });
     }
     if let Some(path) = &conf.device_info_file {
-        plan.push(Step::DeviceInfo {
+        steps.push(Step::DeviceInfo {
             path: path.clone(),
             content: String::new(), // filled by the step from the journal's facts
         });
     }
-    if let Some(l) = &host_link {
-        plan.push(Step::MoveNetdev {
+    if let Some(l) = host_link {
+        steps.push(Step::MoveNetdev {
             netdev: steps::netdev_id(l),
             host_name: l.name.clone(),
             host_up: l.up,
             pod_ifindex: None,
         });
-        if ipam.is_some() {
-            plan.push(Step::Ipam {
+        if p.has_ipam {
+            steps.push(Step::Ipam {
                 ipam_type: conf
                     .ipam
                     .as_ref()
@@ -276,73 +520,44 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
         }
     }
     if let Some(dir) = &conf.go_cache_dir {
-        plan.push(Step::GoCache {
+        steps.push(Step::GoCache {
             path: crate::gocache::path(dir, &env.container_id, &env.ifname),
             content: String::new(), // filled by the step from the journal's facts
         });
     }
-    let mut raw = conf.raw.clone();
-    if let Some(o) = raw.as_object_mut() {
-        o.remove("prevResult");
-    }
-    let mut j = Journal {
-        version: JOURNAL_VERSION,
-        container_id: env.container_id.clone(),
-        ifname: env.ifname.clone(),
-        netns: env.netns.clone(),
-        netns_id: Some(pod_id),
-        network: conf.name.clone(),
-        vf: vf_addr,
-        pf: dev.pf,
-        vf_index: dev.vf_index,
-        pf_netdev: dev.pf_netdev.clone(),
-        vfio,
-        rdma_isolation: conf.rdma_isolation,
-        conf: raw,
-        steps: plan,
-        complete: false,
-        boot_id: crate::boot::id().map(str::to_string),
-        rdma_devices: if vfio {
-            Vec::new()
-        } else {
-            dev.rdma_devices.clone()
-        },
-        pod: crate::journal::PodRef::from_args(&env.args),
-        guid: pod_guid,
-        pf_port_guid,
-    };
+    steps
+}
 
-    // 5. The holder link, then the plan, durable before the first change.
-    // The holder link first: a link whose journal does not exist (yet) is stale, so a
-    // crash between the two leaves the VF free, and every journal has its link, so
-    // finding a VF's holder never lists the journals.
-    // The plan is created, never replaced: an ADD of the same attachment that journaled
-    // its plan since step 2 looked (on another VF) keeps it, and this one changes
-    // nothing (code 11) but for its holder link, which it takes back.
-    ctx.store
-        .set_holder(vf_addr, &env.container_id, &env.ifname)?;
-    match ctx.store.create(&j) {
-        Ok(()) => {}
+/// Phase "journal the plan": the holder link, then the plan, durable before the first
+/// change. The holder link first: a link whose journal does not exist (yet) is stale,
+/// so a crash between the two leaves the VF free, and every journal has its link, so
+/// finding a VF's holder never lists the journals. The plan is created, never replaced:
+/// an ADD of the same attachment that journaled its plan since [`settle_earlier_add`]
+/// looked (on another VF) keeps it, and this one changes nothing (code 11) but for its
+/// holder link, which it takes back.
+fn journal_plan(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
+    let (vf, c, i) = (j.vf, &j.container_id, &j.ifname);
+    ctx.store.set_holder(vf, c, i)?;
+    match ctx.store.create(j) {
+        Ok(()) => Ok(()),
         Err(e @ crate::journal::JournalError::Exists(_)) => {
-            ctx.store
-                .remove_holder(vf_addr, &env.container_id, &env.ifname)?;
-            return Err(CniError::try_later(e.to_string()));
+            ctx.store.remove_holder(vf, c, i)?;
+            Err(CniError::try_later(e.to_string()))
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => Err(e.into()),
     }
-    let mut cx = Apply {
-        ctx,
-        host: &host,
-        pod: &pod,
-        view,
-        ipam: ipam.as_ref(),
-        out: CniOutput::default(),
-    };
+}
+
+/// Phase "run the steps": each journaled step in order ([`steps::apply`]), with the
+/// partition wait (`pkeyWaitMs`, [`wait_for_pkey`]) once the VF has its GUID (after the
+/// link state and GUID steps, which come first) and before anything moves into the pod.
+/// Returns how many steps began (those [`roll_back`] undoes) and the first failure.
+fn run_steps(cx: &mut Apply, j: &mut Journal, pod_guid: Option<Guid>) -> (usize, Option<CniError>) {
+    let ctx = cx.ctx;
+    let vf_addr = j.vf;
     let mut begun = 0;
     let mut failure = hit("add.journal").err();
-    // Partition readiness (pkeyWaitMs): once the VF has its GUID (the link state and
-    // GUID steps, which come first) and before anything moves into the pod.
-    let mut pkey_wait = conf.pkey_wait.zip(conf.pkey);
+    let mut pkey_wait = ctx.conf.pkey_wait.zip(ctx.conf.pkey);
     if failure.is_none() {
         for i in 0..j.steps.len() {
             if let Some((bound, pkey)) = pkey_wait
@@ -357,10 +572,10 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             }
             begun = i + 1;
             let r = match j.steps[i] {
-                Step::DeviceInfo { .. } => fill_device_info(ctx, &mut j, i).map_err(Into::into),
+                Step::DeviceInfo { .. } => fill_device_info(ctx, j, i).map_err(Into::into),
                 _ => Ok(()),
             }
-            .and_then(|_| steps::apply(&mut cx, &mut j, i));
+            .and_then(|_| steps::apply(cx, j, i));
             if let Err(f) = r {
                 if !f.undo_self {
                     begun = i;
@@ -373,28 +588,27 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
     if let Some((bound, pkey)) = pkey_wait.filter(|_| failure.is_none()) {
         failure = wait_for_pkey(ctx, vf_addr, pod_guid, pkey, bound).err();
     }
-    if failure.is_none() {
-        failure = finish(ctx, &mut j, &mut cx.out).err();
-    }
-    let out = std::mem::take(&mut cx.out);
-    drop(cx);
-    let Some(e) = failure else {
-        return Ok(out.to_json(conf.cni_version));
-    };
+    (begun, failure)
+}
 
+/// Phase "roll back" (on a failure after [`journal_plan`]): undoes the first `begun`
+/// steps in reverse ([`steps::undo`]); when all undid, removes the journal and the
+/// holder link. Returns ADD's error `e`, with the rollback's failures as details (the
+/// journal is then kept for DEL). From here the waits get what is left of ADD's whole
+/// bound (ADD_BUDGET).
+fn roll_back(ctx: &Ctx, host: &Host, j: &Journal, pod: Pod, begun: usize, e: CniError) -> CniError {
     log::error!("ADD failed: {e}; rolling back");
-    // From here the waits get what is left of ADD's whole bound (ADD_BUDGET).
     ctx.rolling_back.set(true);
-    let errs = steps::undo(ctx, &host, &j, &PodNs::Live(pod), begun, true);
+    let errs = steps::undo(ctx, host, j, &PodNs::Live(pod), begun, true);
     if errs.is_empty() {
         if let Err(re) = ctx
             .store
             .remove(&j.container_id, &j.ifname)
-            .and_then(|_| ctx.store.remove_holder(vf_addr, &j.container_id, &j.ifname))
+            .and_then(|_| ctx.store.remove_holder(j.vf, &j.container_id, &j.ifname))
         {
-            return Err(e.with_details(format!("removing journal: {re}")));
+            return e.with_details(format!("removing journal: {re}"));
         }
-        Err(e)
+        e
     } else {
         let details = errs
             .0
@@ -402,21 +616,12 @@ pub(super) fn add(ctx: &Ctx) -> Result<Value, CniError> {
             .map(|u| u.msg.clone())
             .collect::<Vec<_>>()
             .join("; ");
-        Err(e.with_details(format!(
+        e.with_details(format!(
             "rollback incomplete (the journal is kept for DEL): {details}"
-        )))
+        ))
     }
 }
 
-/// The GUID for VF `dev`, whose current GUID `cur` is all-zero, all-ones or unreadable
-/// (`None`), when none was given (docs/configuration.md "VFs without a GUID"): the operator's GUID file
-/// (`guidFile`), else with `deriveGuid` the derived GUID, checked against every other VF
-/// GUID on the node. `Ok(None)` (keep what the VF has, with a warning) when the GUID is
-/// unreadable and neither applies.
-///
-/// Errors, code 7: a malformed GUID file or a VF index past its entry's list or range;
-/// `deriveGuid` without a readable PF port GUID; a derived GUID another VF already has;
-/// a zero or all-ones GUID with neither way out, naming both.
 /// ADD's answer (code 7) for VF `vf` whose GUID `g` is not usable (all-zero or
 /// all-ones) when no GUID was given and neither `guidFile` nor `deriveGuid` gives one;
 /// `ib-sriov doctor --conf` gives the same.
@@ -431,6 +636,15 @@ pub fn no_usable_guid(
     ))
 }
 
+/// The GUID for VF `dev`, whose current GUID `cur` is all-zero, all-ones or unreadable
+/// (`None`), when none was given (docs/configuration.md "VFs without a GUID"): the operator's GUID file
+/// (`guidFile`), else with `deriveGuid` the derived GUID, checked against every other VF
+/// GUID on the node. `Ok(None)` (keep what the VF has, with a warning) when the GUID is
+/// unreadable and neither applies.
+///
+/// Errors, code 7: a malformed GUID file or a VF index past its entry's list or range;
+/// `deriveGuid` without a readable PF port GUID; a derived GUID another VF already has;
+/// a zero or all-ones GUID with neither way out, naming both.
 fn fallback_guid(
     ctx: &Ctx,
     host: &Host,

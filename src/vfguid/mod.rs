@@ -15,15 +15,17 @@
 
 pub mod derive;
 pub mod file;
+pub mod read;
 
 use crate::netlink::Netlink;
-use crate::sysfs::{GuidKind, Sysfs};
+use crate::sysfs::Sysfs;
 use crate::types::{Guid, PciAddress, VfIndex};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use derive::{derived_guid, pf_port_guid, PortGuidSource, DERIVED_GUID_BYTE0};
 pub use file::{GuidFile, GuidFileError};
+pub use read::VfGuids;
 
 /// Where the SR-IOV network operator reads its static VF GUID file
 /// (k8snetworkplumbingwg/sriov-network-operator `consts.InfinibandGUIDConfigFilePath`,
@@ -155,8 +157,9 @@ pub fn choose(
 
 /// Every VF GUID in use on the node, but those of `skip`: for each SR-IOV PF in sysfs
 /// ([`Sysfs::sriov_pfs`]), its VF table over rtnetlink (`IFLA_VF_IB_{NODE,PORT}_GUID`,
-/// one message per PF), the MLNX_OFED `sriov/<N>/{node,port}` files, and the port GUID
-/// in each VF IPoIB netdev's hardware address in this netns. Unassignable values
+/// one message per PF), then per VF [`VfGuids::read`]: the table's entry, the MLNX_OFED
+/// `sriov/<N>/{node,port}` files, and the port GUID in each VF IPoIB netdev's hardware
+/// address in this netns. Unassignable values
 /// (all-zero, all-ones) and unreadable sources are left out. Shape: (VF, GUID) pairs,
 /// a VF listed once per distinct GUID.
 pub fn node_vf_guids(sysfs: &Sysfs, nl: &Netlink, skip: PciAddress) -> Vec<(PciAddress, Guid)> {
@@ -177,20 +180,8 @@ pub fn node_vf_guids(sysfs: &Sysfs, nl: &Netlink, skip: PciAddress) -> Vec<(PciA
             if vf == skip {
                 continue;
             }
-            let mut gs = Vec::new();
-            if let Some(c) = configs.iter().find(|c| c.vf == index.0) {
-                gs.extend(c.node_guid);
-                gs.extend(c.port_guid);
-            }
-            for k in [GuidKind::Node, GuidKind::Port] {
-                gs.extend(sysfs.read_ofed_guid(pf, index, k).ok().flatten());
-            }
-            for n in sysfs.netdevs(vf).unwrap_or_default() {
-                if let Ok(Some(l)) = nl.link_by_name(&n) {
-                    gs.extend(Guid::from_ipoib_hwaddr(&l.address));
-                }
-            }
-            for g in gs.into_iter().filter(Guid::is_assignable) {
+            let gs = VfGuids::read(sysfs, Some(nl), pf, index, vf, &configs);
+            for g in gs.all().filter(Guid::is_assignable) {
                 if !out.contains(&(vf, g)) {
                     out.push((vf, g));
                 }

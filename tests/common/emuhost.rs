@@ -1572,8 +1572,7 @@ pub fn spawn_in_netns(
     piped_stdin: bool,
 ) -> std::process::Child {
     let (prog, rest) = args.split_first().expect("a command");
-    let ns =
-        fs::File::open(netns).unwrap_or_else(|e| panic!("opening netns {}: {e}", netns.display()));
+    let ns = open_netns(netns);
     let mut cmd = Command::new(prog);
     cmd.args(rest);
     if !env.is_empty() {
@@ -1592,6 +1591,20 @@ pub fn spawn_in_netns(
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
+    exec_in_netns_file(&mut cmd, ns);
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()))
+}
+
+/// The network namespace mounted at `netns`, open (O_CLOEXEC); panics naming it when it
+/// cannot be opened.
+pub fn open_netns(netns: &Path) -> fs::File {
+    fs::File::open(netns).unwrap_or_else(|e| panic!("opening netns {}: {e}", netns.display()))
+}
+
+/// Makes `cmd` run in network namespace `ns` (an open nsfs file, [`open_netns`]): the
+/// child enters it with setns(2) between fork and exec.
+pub fn exec_in_netns_file(cmd: &mut Command, ns: fs::File) {
     // SAFETY: the closure runs in the forked child before exec and only calls setns(2),
     // which is async-signal-safe; `ns` is an fd opened (O_CLOEXEC) before the fork.
     unsafe {
@@ -1599,8 +1612,6 @@ pub fn spawn_in_netns(
             nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
         });
     }
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("starting {prog} in {}: {e}", netns.display()))
 }
 
 /// A link's addresses from `ip -j addr` as sorted `<address>/<prefix length>` strings.

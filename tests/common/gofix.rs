@@ -120,6 +120,50 @@ pub fn ofed(lab: &Lab, v: &mut HostSnapshot, file: Option<PathBuf>, content: &st
     e.1 = format!("{content}\n");
 }
 
+/// The emulated host fixture `name` needs: VF 1 bound to vfio-pci for `d-vfio`, the
+/// default host for the others.
+pub fn fixture_host(name: &str) -> super::emuhost::EmuOptions {
+    match name {
+        "d-vfio" => super::emuhost::EmuOptions {
+            vfio: vec![1],
+            ..Default::default()
+        },
+        _ => Default::default(),
+    }
+}
+
+/// What the Go plugin's DEL leaves of the host for fixture `name` (its documented
+/// differences from "as before ADD", `cmdDel`/`ReleaseVF`/`ResetVFConfig` in
+/// cmd/ib-sriov-cni/main.go at 543060da), applied to the pre-ADD snapshot `v`: a
+/// netdev comes back down under its host name; a GUID given by runtimeConfig leaves
+/// node and port GUID at the port GUID Go read before ADD; a link state leaves
+/// `Follow`; in vfio mode node and port GUID are left all-ones (Go's default GUID).
+pub fn go_del_leaves(lab: &Lab, name: &str, v: &mut HostSnapshot) {
+    match name {
+        // (f) is pod (a) as the v1.2.1 release wrote it.
+        "a-guid-hostlocal" | "f-legacy-v1.2.1" => {
+            netdev_down(lab, v, 0);
+            ofed(
+                lab,
+                v,
+                lab.host.vf(0).ofed_node(),
+                "02:00:00:00:00:02:00:00",
+            );
+        }
+        "b-noguid-hostlocal" => netdev_down(lab, v, 2),
+        "c-linkstate-enable" => {
+            netdev_down(lab, v, 3);
+            ofed(lab, v, lab.host.vf(3).ofed_policy(), "Follow");
+        }
+        "d-vfio" => {
+            let vf = lab.host.vf(1);
+            ofed(lab, v, vf.ofed_node(), "ff:ff:ff:ff:ff:ff:ff:ff");
+            ofed(lab, v, vf.ofed_port(), "ff:ff:ff:ff:ff:ff:ff:ff");
+        }
+        _ => panic!("no Go DEL expectation for fixture {name}"),
+    }
+}
+
 /// What the Go ADD leaves for a VF with a netdev: GUID (both) and link state set, the
 /// netdev in the pod as net1, up, with host-local's address and the configured routes
 /// (allocated by running host-local itself, keyed by the pod's container ID).

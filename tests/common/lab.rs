@@ -1,7 +1,7 @@
 //! `Lab`: an emulated host plus the plugin's state and IPAM directories, and `Run`, the
 //! outcome of one invocation of the real binary, shared by the integration tests.
 
-use super::emuhost::{EmuHost, EmuOptions, Pod};
+use super::emuhost::{EmuHost, EmuOptions, HostSnapshot, Pod};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -61,26 +61,24 @@ impl Lab {
         Self::new(EmuOptions::default())
     }
 
+    /// A default lab with VF `vf` attached as `c1`/`net1` (cniVersion 1.0.0) in a new
+    /// pod: the lab, the host before the ADD, the pod and the config.
+    #[track_caller]
+    pub fn attached(vf: u32) -> (Lab, HostSnapshot, Pod, Value) {
+        let lab = Lab::default();
+        let before = lab.host.snapshot();
+        let pod = lab.host.new_pod();
+        let conf = lab.conf("1.0.0", vf);
+        lab.add("c1", &pod, &conf).expect_ok();
+        (lab, before, pod, conf)
+    }
+
     /// A network config for VF `vf` with the built-in IPAM on 10.56.217.0/24.
     pub fn conf(&self, version: &str, vf: u32) -> Value {
-        json!({
-            "cniVersion": version,
-            "name": "ibnet",
-            "type": "ib-sriov",
-            "deviceID": self.host.vf(vf).addr,
-            "stateDir": self.state,
-            // The Go plugin's cache files ADD writes for a rollback: the host's own
-            // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
-            "goCacheDir": self.host.root().join("go-cache"),
-            "logLevel": "debug",
-            "ipam": {
-                "type": "ib-sriov-ipam",
-                "subnet": "10.56.217.0/24",
-                "gateway": "10.56.217.1",
-                "routes": [{"dst": "192.168.0.0/16"}],
-                "dataDir": self.data,
-            }
-        })
+        let mut c = plugin_conf(&self.host, &self.state, &self.data, vf);
+        c["cniVersion"] = json!(version);
+        c["name"] = json!("ibnet");
+        c
     }
 
     pub fn run(
@@ -105,6 +103,14 @@ impl Lab {
         self.run("DEL", cid, netns, conf, &[])
     }
 
+    /// DEL of `cid` in `netns` succeeds and leaves the host as `before` (its snapshot
+    /// before the ADD).
+    #[track_caller]
+    pub fn del_restores(&self, cid: &str, netns: &str, conf: &Value, before: &HostSnapshot) {
+        self.del(cid, netns, conf).expect_ok();
+        assert_eq!(&self.host.snapshot(), before);
+    }
+
     pub fn check(&self, cid: &str, pod: &Pod, conf: &Value, prev: &Value) -> Run {
         let mut c = conf.clone();
         c["prevResult"] = prev.clone();
@@ -120,15 +126,7 @@ impl Lab {
 
     /// Addresses allocated in the built-in IPAM store of network `ibnet`.
     pub fn allocations(&self) -> Vec<String> {
-        list(&self.data.join("ibnet"))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        ipam_allocations(&self.data.join("ibnet"))
     }
 
     pub fn read(&self, p: Option<PathBuf>) -> String {
@@ -150,6 +148,37 @@ impl Lab {
         .trim()
         .to_string()
     }
+
+    /// `ib-sriov doctor --json` on the lab's host and stateDir, run in the host netns
+    /// with the extra environment `env` (`NAME=value`): the findings of kind `code`.
+    pub fn doctor_findings(&self, env: &[&str], code: &str) -> Vec<Value> {
+        let root = format!("IB_SRIOV_SYSFS_ROOT={}", self.host.root().display());
+        let (bin, state) = (
+            bin().display().to_string(),
+            self.state.display().to_string(),
+        );
+        let mut argv = vec!["env"];
+        argv.extend_from_slice(env);
+        argv.extend([
+            root.as_str(),
+            &bin,
+            "doctor",
+            "--json",
+            "--state-dir",
+            &state,
+        ]);
+        let out = self.host.host_exec(&argv);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found: Vec<Value> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == code)
+            .cloned()
+            .collect();
+        assert!(!found.is_empty(), "no {code} finding: {j}");
+        found
+    }
 }
 
 impl Drop for Lab {
@@ -158,6 +187,80 @@ impl Drop for Lab {
     }
 }
 
+/// Writes host-local records (`<store>/<ip>`: the container ID, `\r\n`, the ifname
+/// `net1`, containernetworking/plugins plugins/ipam/host-local/backend/disk) for
+/// `(ip, owner)` pairs, dated 400 days ago: leftovers of pods that died with an
+/// earlier boot.
+pub fn old_ipam_records(store: &Path, recs: &[(&str, &str)]) {
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(400 * 24 * 3600);
+    for (ip, owner) in recs {
+        let p = store.join(ip);
+        std::fs::write(&p, format!("{owner}\r\nnet1")).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+    }
+}
+
+/// The addresses allocated in a built-in IPAM store directory (one network's): its
+/// entries but the lock, the boot ID, the `last_reserved_ip*` files and dot files.
+pub fn ipam_allocations(store: &Path) -> Vec<String> {
+    list(store)
+        .into_iter()
+        .filter(|n| {
+            n != "lock"
+                && n != "boot_id"
+                && !n.starts_with("last_reserved_ip")
+                && !n.starts_with('.')
+        })
+        .collect()
+}
+
+/// The plugin's configuration for VF `vf` of `host` (without `cniVersion` and `name`):
+/// stateDir `state`, the host's own Go cache directory, debug logging, and the built-in
+/// IPAM on 10.56.217.0/24 with its data in `data`.
+pub fn plugin_conf(host: &EmuHost, state: &Path, data: &Path, vf: u32) -> Value {
+    json!({
+        "type": "ib-sriov",
+        "deviceID": host.vf(vf).addr,
+        "stateDir": state,
+        // The Go plugin's cache files ADD writes for a rollback: the host's own
+        // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
+        "goCacheDir": host.root().join("go-cache"),
+        "logLevel": "debug",
+        "ipam": {
+            "type": "ib-sriov-ipam",
+            "subnet": "10.56.217.0/24",
+            "gateway": "10.56.217.1",
+            "routes": [{"dst": "192.168.0.0/16"}],
+            "dataDir": data,
+        }
+    })
+}
+
+/// The boot ID recorded in a built-in IPAM store (`<store>/boot_id`) is the running
+/// boot's (/proc/sys/kernel/random/boot_id).
+#[track_caller]
+pub fn assert_running_boot(store: &Path) {
+    let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(store.join("boot_id"))
+            .unwrap()
+            .trim(),
+        running.trim()
+    );
+}
+
+/// The CNI error `e`'s `msg` contains `needle`.
+#[track_caller]
+pub fn assert_msg_has(e: &Value, needle: &str) {
+    assert!(e["msg"].as_str().unwrap().contains(needle), "{e}");
+}
+
+/// The entry names of `dir`, sorted; empty when it cannot be read.
 pub fn list(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {

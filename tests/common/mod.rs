@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod emuhost;
+pub mod exec;
 pub mod failpoints;
 pub mod gofix;
 pub mod guid;
