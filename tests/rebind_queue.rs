@@ -435,10 +435,10 @@ fn waiting_does_not_poll() {
 }
 
 /// Entries are never visible unlocked while their owners live: four threads join and
-/// leave 50 times each while a scanner tries to lock every entry it sees. Locking one
-/// must only ever succeed once its owner has removed it (unlink, then close); an entry
-/// still in place that the scanner can lock would be taken for dead by a waiter and
-/// removed under its live owner.
+/// leave 50 times each (more, until the scanner has seen an entry) while a scanner tries
+/// to lock every entry it sees. Locking one must only ever succeed once its owner has
+/// removed it (unlink, then close); an entry still in place that the scanner can lock
+/// would be taken for dead by a waiter and removed under its live owner.
 #[test]
 fn an_entry_is_never_visible_unlocked() {
     use std::os::fd::AsRawFd;
@@ -469,13 +469,26 @@ fn an_entry_is_never_visible_unlocked() {
                 }
             }
         });
-        // Failures are collected, not panicked on, so the scanner always stops.
+        // Failures are collected, not panicked on, so the scanner always stops. Each
+        // worker enters and leaves 50 times, and goes on (up to 20 s) until the scanner
+        // has looked at an entry: on a loaded machine the scanner may not run at all
+        // during the first 200 rounds, and a test whose scanner saw nothing shows nothing.
         let workers: Vec<_> = (0..4)
             .map(|_| {
                 s.spawn(|| {
-                    (0..50)
-                        .filter_map(|_| q.enter(&patient()).err().map(|e| e.to_string()))
-                        .collect::<Vec<_>>()
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                    let mut errors = Vec::new();
+                    let mut n = 0;
+                    while n < 50
+                        || (looked.load(Ordering::Relaxed) == 0
+                            && std::time::Instant::now() < until)
+                    {
+                        if let Err(e) = q.enter(&patient()) {
+                            errors.push(e.to_string());
+                        }
+                        n += 1;
+                    }
+                    errors
                 })
             })
             .collect();
