@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, Pod};
+use common::emuhost::{EmuOptions, HostSnapshot, Pod};
 use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
 
@@ -372,8 +372,11 @@ fn del_after_the_pod_netns_was_deleted() {
 /// AlternativeNamesPolicy adds to a netdev that comes back from a dead pod under its
 /// pod name): the kernel refuses the rename-back with EEXIST until DEL deletes that
 /// altname of the very same link; an altname of another link is never touched.
-#[test]
-fn del_renames_back_over_its_own_altname() {
+/// VF 0 attached as c1, its pod deleted, its netdev returned to the host under the pod
+/// name `net1` with its original name as an altname (what udev's AlternativeNamesPolicy
+/// adds): the lab, the host before ADD, the config, the dead pod's netns path and the
+/// original name.
+fn returned_with_its_name_as_altname() -> (Lab, HostSnapshot, Value, String, String) {
     let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
     let netns = pod.netns().to_string();
@@ -383,6 +386,12 @@ fn del_renames_back_over_its_own_altname() {
         .unwrap();
     lab.host
         .host_ip(&["link", "property", "add", "dev", "net1", "altname", &orig]);
+    (lab, before, conf, netns, orig)
+}
+
+#[test]
+fn del_renames_back_over_its_own_altname() {
+    let (lab, before, conf, netns, orig) = returned_with_its_name_as_altname();
     let refused = lab
         .host
         .host_exec(&["ip", "link", "set", "dev", "net1", "name", &orig]);
@@ -410,23 +419,11 @@ fn del_renames_back_over_its_own_altname() {
 /// never a 102.
 #[test]
 fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let orig = lab.host.vf(0).netdev.clone().unwrap();
+    let (lab, before, conf, netns, orig) = returned_with_its_name_as_altname();
     let (mac, was_up) = {
         let l = before.link(&orig).unwrap();
         (l.address.clone(), l.up)
     };
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
-    let netns = pod.netns().to_string();
-    pod.delete().unwrap();
-    lab.host
-        .return_destroyed_vf_netdev(0, "net1", &before)
-        .unwrap();
-    lab.host
-        .host_ip(&["link", "property", "add", "dev", "net1", "altname", &orig]);
     let r = lab.run(
         "DEL",
         "c1",
