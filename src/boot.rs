@@ -35,7 +35,7 @@ pub fn id() -> Option<&'static str> {
         if let Some(v) = std::env::var_os(TEST_BOOT_ID_ENV) {
             return parse_id(v.to_str().unwrap_or_default());
         }
-        let text = std::fs::read_to_string(BOOT_ID_PATH).ok()?;
+        let text = crate::fsutil::read_text(std::path::Path::new(BOOT_ID_PATH)).ok()?;
         parse_id(&text)
     })
     .as_deref()

@@ -172,7 +172,7 @@ pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     let tmp = dir.join(format!(
         ".{}.tmp.{}",
         name.to_string_lossy(),
-        std::process::id()
+        crate::fsutil::pid()
     ));
     let res = (|| {
         let mut f = open_temp(&tmp)?;
@@ -243,7 +243,7 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     let tmp = dir.join(format!(
         ".{}.tmp.{}",
         name.to_string_lossy(),
-        std::process::id()
+        crate::fsutil::pid()
     ));
     let res = (|| {
         let mut f = open_temp(&tmp)?;
@@ -532,6 +532,36 @@ pub fn flock_until(file: &File, exclusive: bool, deadline: Instant) -> io::Resul
             }
         }
     })()
+}
+
+/// This process's ID, asked of the kernel once: `crate::fsutil::pid()` is a `getpid(2)` at
+/// every call (glibc stopped caching it in 2.25), and a call names its temp files and
+/// log lines with it. The plugin never forks without an `exec`, so it cannot change.
+pub fn pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
+/// The content of a small file (a sysfs or procfs attribute: at most a page), read with
+/// `read(2)` until end of file. `fs::read_to_string` would first `statx` the file for a
+/// size hint, which such a file does not give (a sysfs attribute's size reads as 4096,
+/// a procfs file's as 0, whatever it holds): one system call per read saved.
+///
+/// Errors: `open`'s and `read`'s; `InvalidData` when the content is not UTF-8.
+pub fn read_text(path: &Path) -> io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    // Small: zeroed at every call, and an attribute is mostly a few bytes.
+    let mut chunk = [0u8; 512];
+    let mut out = Vec::new();
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(out).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]

@@ -732,7 +732,7 @@ impl JournalStore {
         // Temp links of writers killed before their rename (`.<BDF>.tmp.<pid>`): the VF
         // lock the caller holds serializes every writer of this link.
         crate::fsutil::remove_temps_of(&link);
-        let tmp = dir.join(format!(".{vf}.tmp.{}", std::process::id()));
+        let tmp = dir.join(format!(".{vf}.tmp.{}", crate::fsutil::pid()));
         std::os::unix::fs::symlink(Self::file_name(container_id, ifname), &tmp)
             .map_err(self.io(&tmp))?;
         std::fs::rename(&tmp, &link).map_err(|e| {

@@ -269,7 +269,7 @@ impl Logger {
         out.push_str(level);
         out.extend(std::iter::repeat_n(' ', 5usize.saturating_sub(level.len())));
         out.push_str(" ib-sriov[");
-        push_digits(&mut out, u64::from(pid()), 1);
+        push_digits(&mut out, u64::from(crate::fsutil::pid()), 1);
         out.push_str("] ");
         out.push_str(prefix);
         out.push_str(": ");
@@ -277,12 +277,6 @@ impl Logger {
         out.push('\n');
         out
     }
-}
-
-/// This process's ID, asked of the kernel once (`getpid(2)` is a system call per use).
-fn pid() -> u32 {
-    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *PID.get_or_init(std::process::id)
 }
 
 /// The journal when journald listens on [`JOURNAL_SOCKET`] (it accepted an empty

@@ -132,21 +132,32 @@ impl CniEnv {
     /// [`CniEnv::from_map`]. Variables with other names are not looked at (a non-UTF-8
     /// one elsewhere in the environment does not matter).
     ///
-    /// Errors: code 4 when a `CNI_*` variable is not valid UTF-8 (naming it), else as
+    /// Errors: code 4 when one of [`CniEnv::VARS`] is not valid UTF-8 (naming it), else as
     /// [`CniEnv::from_map`].
     pub fn from_process() -> Result<Self, CniError> {
         let mut vars = HashMap::new();
-        for (k, v) in std::env::vars_os() {
-            let Some(k) = k.to_str().filter(|k| k.starts_with("CNI_")) else {
-                continue;
-            };
-            let v = v
-                .into_string()
-                .map_err(|_| CniError::env(format!("{k} is not valid UTF-8")))?;
-            vars.insert(k.to_string(), v);
+        // Each variable by name (std::env::var_os), not a copy of the whole environment:
+        // a runtime's environment can be long, and only these are read.
+        for k in Self::VARS {
+            if let Some(v) = std::env::var_os(k) {
+                let v = v
+                    .into_string()
+                    .map_err(|_| CniError::env(format!("{k} is not valid UTF-8")))?;
+                vars.insert(k.to_string(), v);
+            }
         }
         Self::from_map(&vars)
     }
+
+    /// The variables of SPEC.md "Parameters" that [`CniEnv::from_map`] reads.
+    pub const VARS: [&'static str; 6] = [
+        "CNI_COMMAND",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "CNI_IFNAME",
+        "CNI_ARGS",
+        "CNI_PATH",
+    ];
 
     /// Builds and validates the environment from a map of variables.
     ///

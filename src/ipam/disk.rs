@@ -266,7 +266,7 @@ impl DiskStore {
     ) -> Result<Option<(T, IpAddr)>, IpamError> {
         let tmp = self
             .dir
-            .join(format!("{RESERVE_TEMP_PREFIX}{}", std::process::id()));
+            .join(format!("{RESERVE_TEMP_PREFIX}{}", crate::fsutil::pid()));
         let _ = fs::remove_file(&tmp);
         let mut f = OpenOptions::new()
             .write(true)

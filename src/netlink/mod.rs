@@ -6,6 +6,7 @@
 //! Opening the socket inside the pod netns and then working from the host thread is the
 //! pattern of containers/netavark `core_utils.rs`.
 
+mod query;
 pub mod vf;
 
 use crate::cni::Route;
@@ -14,7 +15,6 @@ use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop};
-use netlink_packet_route::AddressFamily;
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use std::fmt;
 use std::net::IpAddr;
@@ -61,6 +61,15 @@ impl NlError {
             op: op.into(),
             errno: Some(errno),
             msg: format!("{} (injected)", std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+
+    /// The kernel's answer `errno` (positive) to `op`.
+    fn errno(op: impl Into<String>, errno: i32) -> Self {
+        NlError {
+            op: op.into(),
+            errno: Some(errno),
+            msg: std::io::Error::from_raw_os_error(errno).to_string(),
         }
     }
 
@@ -146,10 +155,28 @@ impl Link {
     }
 }
 
+/// An RTM_GETLINK with `IFLA_EXT_MASK = RTEXT_FILTER_SKIP_STATS` (1 << 3,
+/// include/uapi/linux/rtnetlink.h): the kernel then leaves out the IPv6 MIB counters
+/// of `IFLA_AF_SPEC` (net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), which it folds
+/// from per-CPU counters at every request and nothing here reads (on 6.18, 368 of the
+/// 1468 bytes of `lo`'s answer; `IFLA_STATS`/`IFLA_STATS64` are still sent). A
+/// kernel that predates the flag ignores the bit. `extra`: further filter flags
+/// (`RTEXT_FILTER_VF` for a PF's VF table), sent in the same `IFLA_EXT_MASK`.
+fn get_message(extra: &[LinkExtentMask]) -> LinkMessage {
+    let mut mask = vec![LinkExtentMask::SkipStats];
+    mask.extend_from_slice(extra);
+    let mut m = LinkMessage::default();
+    m.attributes.push(LinkAttribute::ExtMask(mask));
+    m
+}
+
 /// A blocking rtnetlink connection bound to one network namespace.
 pub struct Netlink {
     rt: Runtime,
     handle: Handle,
+    /// The link queries' own blocking socket, opened beside the connection's
+    /// (`query.rs`).
+    query: query::Query,
 }
 
 impl Netlink {
@@ -164,7 +191,9 @@ impl Netlink {
             rtnetlink::new_connection().map_err(|e| NlError::io("open NETLINK_ROUTE socket", e))?
         };
         rt.spawn(conn);
-        Ok(Netlink { rt, handle })
+        let query =
+            query::Query::open().map_err(|e| NlError::io("open NETLINK_ROUTE socket", e))?;
+        Ok(Netlink { rt, handle, query })
     }
 
     /// Opens a connection whose socket lives in `ns`: the thread enters `ns` only to
@@ -176,64 +205,39 @@ impl Netlink {
 
     /// The link named `name`, or `None` when the namespace has none.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>, NlError> {
-        self.get_link(
-            self.get_request(&[]).match_name(name.to_string()),
-            format!("get link {name}"),
-        )
+        let mut m = get_message(&[]);
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.get_link(&|| format!("get link {name}"), m)
     }
 
     /// The link with ifindex `index`, or `None`.
     pub fn link_by_index(&self, index: u32) -> Result<Option<Link>, NlError> {
-        self.get_link(
-            self.get_request(&[]).match_index(index),
-            format!("get link {index}"),
-        )
-    }
-
-    /// An RTM_GETLINK with `IFLA_EXT_MASK = RTEXT_FILTER_SKIP_STATS` (1 << 3,
-    /// include/uapi/linux/rtnetlink.h): the kernel then leaves out the IPv6 MIB counters
-    /// of `IFLA_AF_SPEC` (net/ipv6/addrconf.c `inet6_fill_ifla6_attrs()`), which it folds
-    /// from per-CPU counters at every request and nothing here reads (on 6.18, 368 of the
-    /// 1468 bytes of `lo`'s answer; `IFLA_STATS`/`IFLA_STATS64` are still sent). A
-    /// kernel that predates the flag ignores the bit. `extra`: further filter flags
-    /// (`RTEXT_FILTER_VF` for a PF's VF table), sent in the same `IFLA_EXT_MASK`.
-    fn get_request(&self, extra: &[LinkExtentMask]) -> rtnetlink::LinkGetRequest {
-        let mut mask = vec![LinkExtentMask::SkipStats];
-        mask.extend_from_slice(extra);
-        self.handle
-            .link()
-            .get()
-            .set_filter_mask(AddressFamily::Unspec, mask)
+        let mut m = get_message(&[]);
+        m.header.index = index;
+        self.get_link(&|| format!("get link {index}"), m)
     }
 
     /// One RTM_GETLINK; `ENODEV` means "no such link" and gives `None`.
-    fn get_link(
-        &self,
-        req: rtnetlink::LinkGetRequest,
-        op: String,
-    ) -> Result<Option<Link>, NlError> {
-        let mut stream = std::pin::pin!(req.execute());
-        match self.rt.block_on(stream.try_next()) {
-            Ok(m) => Ok(m.map(|m| Link::from_msg(&m))),
-            Err(e) => {
-                let e = NlError::new(op, e);
-                if e.is_no_device() {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
+    fn get_link(&self, op: &dyn Fn() -> String, msg: LinkMessage) -> Result<Option<Link>, NlError> {
+        let mut out = None;
+        match self
+            .query
+            .links(op, msg, false, |m| out = Some(Link::from_msg(&m)))
+        {
+            Ok(()) => Ok(out),
+            Err(e) if e.is_no_device() => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
     /// Every link in the namespace.
     pub fn links(&self) -> Result<Vec<Link>, NlError> {
-        let req = self.get_request(&[]).execute();
-        let msgs: Vec<LinkMessage> = self
-            .rt
-            .block_on(req.try_collect())
-            .map_err(|e| NlError::new("dump links", e))?;
-        Ok(msgs.iter().map(Link::from_msg).collect())
+        let mut out = Vec::new();
+        self.query
+            .links(&|| "dump links".to_string(), get_message(&[]), true, |m| {
+                out.push(Link::from_msg(&m))
+            })?;
+        Ok(out)
     }
 
     fn set(&self, op: String, msg: LinkMessage) -> Result<(), NlError> {
@@ -469,10 +473,6 @@ impl Netlink {
             Ok(())
         })
     }
-
-    pub(crate) fn runtime(&self) -> &Runtime {
-        &self.rt
-    }
 }
 
 /// A subscription to the kernel's link notifications (`RTNLGRP_LINK`, group 1 of
@@ -531,9 +531,9 @@ mod tests {
     #[test]
     fn link_requests_ask_the_kernel_to_skip_stats_and_are_answered() {
         let nl = Netlink::open().expect("NETLINK_ROUTE socket");
-        let mut req = nl.get_request(&[]);
+        let req = get_message(&[]);
         assert!(
-            req.message_mut().attributes.iter().any(
+            req.attributes.iter().any(
                 |a| matches!(a, LinkAttribute::ExtMask(m) if m.contains(&LinkExtentMask::SkipStats))
             ),
             "RTM_GETLINK without RTEXT_FILTER_SKIP_STATS"

@@ -9,7 +9,6 @@
 
 use super::{Link, Netlink, NlError};
 use crate::types::{Guid, LinkState, VfIndex};
-use futures::TryStreamExt;
 use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState,
     VfLinkState,
@@ -92,15 +91,11 @@ impl Netlink {
         if let Some(errno) = crate::failpoint::errno_at("netlink.vf_get") {
             return Err(NlError::injected(op(), errno));
         }
-        let mut req = std::pin::pin!(self
-            .get_request(&[LinkExtentMask::Vf])
-            .match_index(pf_index)
-            .execute());
-        let msg = self
-            .runtime()
-            .block_on(req.try_next())
-            .map_err(|e| NlError::new(op(), e))?;
-        Ok(msg.map(|m| vf_table(&m)).unwrap_or_default())
+        let mut m = super::get_message(&[LinkExtentMask::Vf]);
+        m.header.index = pf_index;
+        let mut out = Vec::new();
+        self.query.links(&op, m, false, |m| out = vf_table(&m))?;
+        Ok(out)
     }
 
     /// The VF table from a dump of every link in the namespace with
@@ -112,17 +107,13 @@ impl Netlink {
         if let Some(errno) = crate::failpoint::errno_at("netlink.vf_dump") {
             return Err(NlError::injected(op(), errno));
         }
-        let mut stream = std::pin::pin!(self.get_request(&[LinkExtentMask::Vf]).execute());
         let mut out = Vec::new();
-        while let Some(m) = self
-            .runtime()
-            .block_on(stream.try_next())
-            .map_err(|e| NlError::new(op(), e))?
-        {
-            if m.header.index == pf_index {
-                out = vf_table(&m);
-            }
-        }
+        self.query
+            .links(&op, super::get_message(&[LinkExtentMask::Vf]), true, |m| {
+                if m.header.index == pf_index {
+                    out = vf_table(&m);
+                }
+            })?;
         Ok(out)
     }
     /// Sets `IFLA_VF_LINK_STATE` of VF `vf` on PF `pf`.

@@ -417,7 +417,7 @@ impl RebindQueue {
             }
         }
         let ticket = max + 1;
-        let pid = std::process::id();
+        let pid = crate::fsutil::pid();
         let nonce = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
             .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
             .map_err(|e| self.io(&self.dir)(e.into()))?;

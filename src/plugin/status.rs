@@ -20,7 +20,7 @@ fn unavailable(msg: impl Into<String>) -> CniError {
 /// Creates `dir` if needed and a probe file in it (`O_CREAT|O_EXCL`), then removes it.
 /// Errors: the I/O error, naming the directory.
 pub fn probe_writable(dir: &Path) -> Result<(), String> {
-    let probe = dir.join(format!(".ib-sriov-status.{}", std::process::id()));
+    let probe = dir.join(format!(".ib-sriov-status.{}", crate::fsutil::pid()));
     let r = std::fs::create_dir_all(dir).and_then(|_| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)

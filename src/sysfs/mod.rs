@@ -152,11 +152,17 @@ pub(super) fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
-/// The content of a file; `None` when it does not exist.
+/// The content of a file; `None` when it does not exist (`ENOENT`, or `ENOTDIR`: a
+/// component of its path is not a directory).
 pub(super) fn read_optional(path: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(path) {
+    match crate::fsutil::read_text(path) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(with_path(path, e)),
     }
 }

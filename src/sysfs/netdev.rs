@@ -112,7 +112,7 @@ impl Sysfs {
 pub(super) fn pick_pf_netdev(net_dir: &Path, names: Vec<String>) -> Option<String> {
     if names.len() > 1 {
         let ib = names.iter().find(|n| {
-            fs::read_to_string(net_dir.join(n).join("type")).is_ok_and(|t| t.trim() == "32")
+            crate::fsutil::read_text(&net_dir.join(n).join("type")).is_ok_and(|t| t.trim() == "32")
         });
         if let Some(n) = ib {
             return Some(n.clone());

@@ -52,10 +52,8 @@ impl Sysfs {
         vf: VfIndex,
         kind: GuidKind,
     ) -> io::Result<Option<Guid>> {
-        let Some(dir) = self.ofed_dir(pf, vf) else {
-            return Ok(None);
-        };
-        let path = dir.join(kind.file_name());
+        // No `ofed_dir` check first: a missing directory reads as a missing file.
+        let path = self.ofed_file(pf, vf, kind.file_name());
         read_parsed(path, "a GUID like 11:22:33:44:55:66:77:88", |t| {
             t.trim().parse().ok()
         })
@@ -78,10 +76,7 @@ impl Sysfs {
     /// The VF link policy from `<PF>/sriov/<N>/policy` (MLNX_OFED): `Follow`, `Up` or
     /// `Down`; `None` when the directory or file is absent.
     pub fn read_ofed_policy(&self, pf: PciAddress, vf: VfIndex) -> io::Result<Option<LinkState>> {
-        let Some(dir) = self.ofed_dir(pf, vf) else {
-            return Ok(None);
-        };
-        let path = dir.join("policy");
+        let path = self.ofed_file(pf, vf, "policy");
         read_parsed(path, "Follow, Up or Down", LinkState::from_ofed_policy)
     }
 

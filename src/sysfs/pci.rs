@@ -232,8 +232,13 @@ pub(super) fn vf_index_by_routing_id(
     pf: PciAddress,
     vf: PciAddress,
 ) -> Option<VfIndex> {
-    let num =
-        |f: &str| -> Option<i64> { fs::read_to_string(pf_dir.join(f)).ok()?.trim().parse().ok() };
+    let num = |f: &str| -> Option<i64> {
+        crate::fsutil::read_text(&pf_dir.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
     let (offset, stride) = (num("sriov_offset")?, num("sriov_stride")?);
     let rid = |a: PciAddress| {
         (i64::from(a.bus) << 8) | (i64::from(a.device) << 3) | i64::from(a.function)

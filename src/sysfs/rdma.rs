@@ -6,7 +6,6 @@
 
 use super::{list_dir, with_path, DiscoveryError, Sysfs};
 use crate::types::PciAddress;
-use std::fs;
 use std::io;
 use std::path::Path;
 
@@ -53,7 +52,7 @@ pub(super) fn read_pkeys(dir: &Path) -> Result<Vec<u16>, DiscoveryError> {
     let mut pkeys = Vec::with_capacity(entries.len());
     for (_, name) in entries {
         let path = dir.join(&name);
-        let text = fs::read_to_string(&path).map_err(io_err(&path))?;
+        let text = crate::fsutil::read_text(&path).map_err(io_err(&path))?;
         let t = text.trim();
         let hex = t
             .strip_prefix("0x")

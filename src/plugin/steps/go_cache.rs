@@ -161,7 +161,7 @@ const NAME_MAX: usize = 255;
 fn write_temp(path: &Path, content: &str) -> std::io::Result<std::path::PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let pid = std::process::id();
+    let pid = crate::fsutil::pid();
     let tmp = match format!(".{name}.tmp.{pid}") {
         t if t.len() <= NAME_MAX => dir.join(t),
         _ => dir.join(format!(".ib-sriov-go-cache.tmp.{pid}")),
