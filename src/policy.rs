@@ -266,7 +266,10 @@ impl NodeDefaults {
 /// resolved under (`/` for the plugin, `--host-root` for doctor).
 #[derive(Debug, Clone)]
 pub struct NodePolicy {
-    roots: BTreeMap<PathKey, Vec<PathBuf>>,
+    /// `pathRoots`: the roots of these keys instead of their defaults.
+    overrides: BTreeMap<PathKey, Vec<PathBuf>>,
+    /// `extraPathRoots`: roots added to every key's.
+    extra: Vec<PathBuf>,
     host_root: PathBuf,
     /// Whether a node file was read (else the built-in defaults).
     pub from_file: bool,
@@ -289,10 +292,8 @@ impl NodePolicy {
     /// The built-in defaults ([`PathKey::default_roots`]), resolved under `host_root`.
     pub fn defaults(host_root: &Path) -> NodePolicy {
         NodePolicy {
-            roots: PathKey::ALL
-                .into_iter()
-                .map(|k| (k, k.default_roots()))
-                .collect(),
+            overrides: BTreeMap::new(),
+            extra: Vec::new(),
             host_root: host_root.to_path_buf(),
             from_file: false,
             defaults: NodeDefaults::default(),
@@ -346,29 +347,33 @@ impl NodePolicy {
                 .map(|s| root_path(s))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("pathRoots.{k}: {e}"))?;
-            p.roots.insert(key, roots);
+            p.overrides.insert(key, roots);
         }
-        let extra = raw
+        p.extra = raw
             .extra_path_roots
             .iter()
             .map(|s| root_path(s))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("extraPathRoots: {e}"))?;
-        for roots in p.roots.values_mut() {
-            for r in &extra {
-                // Both normalized (built from components): the bytes compare as the
-                // components would, without parsing them again.
-                if !roots.iter().any(|x| x.as_os_str() == r.as_os_str()) {
-                    roots.push(r.clone());
-                }
-            }
-        }
         Ok(p)
     }
 
-    /// The roots of `key`.
-    pub fn roots(&self, key: PathKey) -> &[PathBuf] {
-        self.roots.get(&key).map(Vec::as_slice).unwrap_or(&[])
+    /// The roots of `key`: its `pathRoots` when the node file gives them, else its
+    /// defaults ([`PathKey::default_roots`]), then the `extraPathRoots` it lacks. Built
+    /// for the key asked (a call checks two or three keys of six).
+    pub fn roots(&self, key: PathKey) -> Vec<PathBuf> {
+        let mut roots = match self.overrides.get(&key) {
+            Some(r) => r.clone(),
+            None => key.default_roots(),
+        };
+        for r in &self.extra {
+            // Both normalized (built from components): the bytes compare as the
+            // components would, without parsing them again.
+            if !roots.iter().any(|x| x.as_os_str() == r.as_os_str()) {
+                roots.push(r.clone());
+            }
+        }
+        roots
     }
 
     /// Checks one configured path of `key` (see the module docs).
@@ -382,11 +387,12 @@ impl NodePolicy {
     /// [`NodePolicy::check`] with the `lstat` results of earlier checks of one call
     /// (the roots and the prefixes its paths share are looked up once).
     fn check_with(&self, key: PathKey, path: &str, memo: &mut Lstats) -> Result<(), PathViolation> {
+        let roots = self.roots(key);
         let refuse = |refusal| PathViolation {
             key,
             path: path.to_string(),
             refusal,
-            roots: self.roots(key).to_vec(),
+            roots: roots.clone(),
         };
         if path.contains('\0') {
             return Err(refuse(Refusal::Nul));
@@ -398,8 +404,7 @@ impl NodePolicy {
         if p.components().any(|c| c == Component::ParentDir) {
             return Err(refuse(Refusal::DotDot));
         }
-        let mut matching = self
-            .roots(key)
+        let mut matching = roots
             .iter()
             .filter(|r| p.starts_with(r))
             .peekable();
@@ -599,7 +604,7 @@ enum Lstat {
 }
 
 /// The `lstat` results of one call's checks, by node path.
-type Lstats = std::collections::HashMap<OsString, Lstat>;
+type Lstats = BTreeMap<OsString, Lstat>;
 
 /// [`resolve`] with `memo`: each node path is looked at once per call.
 fn resolve_with(host_root: &Path, p: &Path, memo: &mut Lstats) -> io::Result<PathBuf> {
