@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::fixture::{assert_pristine, fresh};
 use common::lab::{bin, list, Lab};
 use serde_json::json;
 
@@ -133,9 +134,7 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
 /// fdatasync, sync, syncfs, sync_file_range or msync: traced with `strace -f`.
 #[test]
 fn add_and_del_make_no_fsync() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 2);
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:01");
     conf["link_state"] = json!("enable");
@@ -174,6 +173,5 @@ fn add_and_del_make_no_fsync() {
     }
     assert_eq!(calls.trim(), "", "sync calls in ADD+DEL:\n{calls}");
     lab.host.sync_netdevs().unwrap();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }

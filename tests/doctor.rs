@@ -8,6 +8,7 @@
 mod common;
 
 use common::emuhost::EmuOptions;
+use common::fixture::assert_no_state;
 use common::lab::{bin, Lab};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -1024,7 +1025,7 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         .replace(&lab.data.display().to_string(), "<DATA>")
         .replace(&lab.host.root().display().to_string(), "<EMU>");
     golden("conf-table.txt", &table);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 /// `ib-sriov --help` names the doctor (issue 30: an admin finds it from the binary).

@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::{list, pod_addrs, Lab};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -218,9 +219,7 @@ fn a_failing_delegate_rolls_back_and_passes_its_error_on() {
 /// refused with the reason.
 #[test]
 fn missing_delegate_and_dhcp_are_refused_up_front() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "no-such-ipam"}));
     let e = run(&lab, "ADD", "m1", pod.netns(), &conf, "").expect_code(7);
     assert!(
@@ -305,9 +304,7 @@ fn gc_and_status_are_forwarded() {
 /// and DEL), a delegate refusing its configuration (code 7).
 #[test]
 fn unusable_ipam_never_blocks_del() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
     std::fs::create_dir_all(&bin).unwrap();
     for (name, code) in [("refuse-version", 1), ("refuse-config", 7)] {
@@ -355,9 +352,7 @@ fn unusable_ipam_never_blocks_del() {
 /// DEL runs; DEL then succeeds (issue 9, item 10).
 #[test]
 fn a_delegate_result_without_ips_is_an_error() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
     std::fs::create_dir_all(&bin).unwrap();
     let log = lab.host.root().join("noip.log");
@@ -392,9 +387,7 @@ fn a_delegate_result_without_ips_is_an_error() {
 /// plugin's result); the ADD is rolled back.
 #[test]
 fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
     std::fs::create_dir_all(&bin).unwrap();
     let script = bin.join("badresult");
@@ -430,9 +423,7 @@ fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result()
 /// still name our attachment.
 #[test]
 fn builtin_ipam_and_host_local_share_a_store() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let range = json!({"subnet": "10.56.217.0/24", "rangeStart": "10.56.217.2",
                        "rangeEnd": "10.56.217.4", "dataDir": lab.data});
     let mut ours = lab.conf("1.0.0", 0);

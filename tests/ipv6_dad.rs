@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::{bin, Lab};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -50,9 +51,7 @@ fn v6_lines(pod: &common::emuhost::Pod, ifname: &str) -> String {
 /// tentative: the kernel finishes DAD once carrier comes), and DEL cleans up.
 #[test]
 fn ipv6_without_carrier_add_succeeds_and_keeps_the_address() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let peer = lab.host.vf(0).peer.clone().expect("VF 0 has a netdev");
     lab.host.host_ip(&["link", "set", &peer, "down"]);
     let (conf, path) = v6_ipam(&lab);
@@ -89,9 +88,7 @@ fn ipv6_without_carrier_add_succeeds_and_keeps_the_address() {
 /// tentative) when ADD returns.
 #[test]
 fn ipv6_with_carrier_and_gateway_add_waits_for_dad() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let (conf, path) = v6_ipam(&lab);
     let env = [("CNI_PATH", path.as_str())];
     lab.run("ADD", "dad", pod.netns(), &conf, &env).expect_ok();
@@ -111,9 +108,7 @@ fn ipv6_with_carrier_and_gateway_add_waits_for_dad() {
 /// pod, the host or stateDir.
 #[test]
 fn ipv6_dad_failure_fails_add_with_code_102_and_leaves_nothing() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let peer = lab.host.vf(0).peer.clone().expect("VF 0 has a netdev");
     lab.host.host_exec(&[
         "sysctl",

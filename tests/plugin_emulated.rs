@@ -9,6 +9,9 @@
 mod common;
 
 use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, lab_of, zero_guid_lab,
+};
 use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
 
@@ -210,16 +213,12 @@ fn guid_precedence_and_no_rebind_when_unchanged() {
 
 #[test]
 fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
-    let lab = Lab::new(EmuOptions {
-        zero_guids: true,
-        ..Default::default()
-    });
+    let lab = zero_guid_lab();
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let e = lab.add("c1", &pod, &lab.conf("1.0.0", 0)).expect_code(7);
     assert!(e["msg"].as_str().unwrap().contains("infinibandGUID"), "{e}");
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
     // With a GUID it works.
     let mut conf = lab.conf("1.0.0", 0);
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:01");
@@ -441,7 +440,7 @@ fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
         .find(|l| l.address == mac)
         .expect("the VF netdev is in the host");
     assert_eq!(back.up, was_up, "admin state restored: {back:?}");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 #[test]
@@ -547,10 +546,7 @@ fn two_adds_racing_for_one_vf() {
 
 #[test]
 fn parallel_adds_on_several_vfs_get_distinct_ips_and_leak_nothing() {
-    let lab = Lab::new(EmuOptions {
-        vfs: 6,
-        ..Default::default()
-    });
+    let lab = lab_of(6);
     let before = lab.host.snapshot();
     let pods: Vec<Pod> = (0..6).map(|_| lab.host.new_pod()).collect();
     let results: Vec<Value> = std::thread::scope(|s| {
@@ -873,9 +869,7 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn failed_rollback_keeps_the_journal_for_del() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 2);
     conf["link_state"] = json!("enable");
     let r = lab.run(
@@ -895,8 +889,7 @@ fn failed_rollback_keeps_the_journal_for_del() {
         "{e}"
     );
     assert_eq!(lab.journals(), vec!["fp:net1"]);
-    lab.del_restores("fp", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "fp", pod.netns(), &conf, &before);
 }
 
 #[cfg(not(feature = "failpoints"))]
@@ -913,9 +906,7 @@ fn failpoints_feature_is_enabled() {
 /// false, as under the Go plugin).
 #[test]
 fn rdma_isolation_on_a_kernel_without_rdma() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 0);
     conf["rdmaIsolation"] = json!(true);
     conf["link_state"] = json!("enable");
@@ -925,8 +916,7 @@ fn rdma_isolation_on_a_kernel_without_rdma() {
         msg.contains("rdmaIsolation") && msg.contains("RDMA"),
         "{msg}"
     );
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 
     for iso in [None, Some(false)] {
         match iso {
@@ -983,9 +973,7 @@ fn device_info_file_written_on_add_and_removed_on_del() {
 /// and STATUS pass, DEL succeeds (issue 9, item 1).
 #[test]
 fn empty_ipam_object_means_no_ipam() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({});
     let res = lab.add("e1", &pod, &conf).expect_ok();
@@ -1002,8 +990,7 @@ fn empty_ipam_object_means_no_ipam() {
         Value::Null
     );
     lab.del("e1", pod.netns(), &conf).expect_ok();
-    lab.del_restores("e1", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "e1", pod.netns(), &conf, &before);
 }
 
 /// Interface configuration as containernetworking/plugins `ConfigureIface` does it
@@ -1014,9 +1001,7 @@ fn empty_ipam_object_means_no_ipam() {
 #[test]
 fn ipv6_dad_and_route_attributes() {
     use std::os::unix::fs::PermissionsExt;
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     for k in ["all", "default"] {
         let o = pod.exec(&[
             "sysctl",

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::emuhost::EmuOptions;
+use common::fixture::lab_of;
 use common::lab::{bin, Lab, Run};
 use serde_json::json;
 
@@ -48,10 +48,7 @@ fn windows(log: &str) -> Vec<(f64, f64)> {
 /// rebinds again to restore the GUID) leaves the host as before.
 #[test]
 fn parallel_rebinds_never_overlap() {
-    let lab = Lab::new(EmuOptions {
-        vfs: 4,
-        ..Default::default()
-    });
+    let lab = lab_of(4);
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let logs: Vec<_> = (0..4)

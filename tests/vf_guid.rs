@@ -7,6 +7,7 @@
 mod common;
 
 use common::emuhost::{EmuOptions, PF_BDF, PF_PORT_GUID};
+use common::fixture::{assert_no_state, assert_pristine};
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -73,8 +74,7 @@ fn zero_guid_without_a_way_out_is_code_7_naming_both() {
             .contains("/etc/sriov-operator/infiniband/guids"),
         "{e}"
     );
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn the_operator_file_by_pci_address_with_a_list_and_by_pf_guid_with_a_range() {
     assert_eq!(guids(&lab, 1), (g.into(), g.into()), "DEL keeps it");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains(&format!("keeps GUID {g}")), "{text}");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     // rangeStart/rangeEnd (the operator's code) by pfGuid, the PF's port GUID: VF 2
     // takes start + 2.
@@ -180,8 +180,7 @@ fn a_malformed_file_or_an_index_out_of_range_is_code_7_and_changes_nothing() {
             )) && msg.contains(&want),
             "{want:?} not in {msg}"
         );
-        assert_eq!(lab.host.snapshot(), before);
-        assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+        assert_pristine(&lab, &before);
     }
 }
 
@@ -199,7 +198,7 @@ fn a_derived_guid_is_stable_kept_by_del_and_needs_no_rebind_the_second_time() {
     assert_eq!(lab.driver_file("mlx5_core", "bind"), lab.host.vf(1).addr);
     lab.del("c1", pod.netns(), &c).expect_ok();
     assert_eq!(guids(&lab, 1), (want.clone(), want.clone()), "DEL keeps it");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     // Second round: the VF has a usable GUID now, so no set and no rebind.
     std::fs::write(lab.host.root().join("bus/pci/drivers/mlx5_core/unbind"), "").unwrap();
@@ -249,7 +248,7 @@ fn every_vf_of_a_127_vf_pf_gets_its_own_derived_guid() {
         assert!(node != ZERO && node != "ff:ff:ff:ff:ff:ff:ff:ff");
         assert!(seen.insert(node.clone()), "{node} twice");
     }
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 #[test]

@@ -8,6 +8,7 @@
 mod common;
 
 use common::emuhost::{HostSnapshot, Pod, PF_PORT_GUID};
+use common::fixture::assert_no_state;
 use common::lab::{Lab, Run};
 use serde_json::{json, Value};
 
@@ -146,5 +147,5 @@ fn unknown_originals_are_restored_by_the_stated_rule() {
     assert_eq!(lab.read(vf.ofed_policy()), "Follow", "auto");
     assert_eq!(lab.read(vf.ofed_node()), derived(3));
     assert_eq!(lab.read(vf.ofed_port()), derived(3));
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }

@@ -5,6 +5,7 @@
 pub mod emuhost;
 pub mod exec;
 pub mod failpoints;
+pub mod fixture;
 pub mod gofix;
 pub mod guid;
 pub mod lab;
