@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::fixture::{assert_pristine, fresh};
+use common::fixture::{assert_pristine, attached_as, fresh};
 use common::lab::{bin, list, Lab};
 use serde_json::json;
 
@@ -37,10 +37,7 @@ fn journal_boot(lab: &Lab, name: &str) -> Option<String> {
 /// which a real reboot would have ended).
 #[test]
 fn del_drops_a_journal_of_another_boot_without_touching_the_vf() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("b1", &pod, &conf).expect_ok();
+    let (lab, _, pod, conf) = attached_as("b1", 0);
     let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_eq!(
         journal_boot(&lab, "b1:net1").as_deref(),

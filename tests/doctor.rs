@@ -8,7 +8,7 @@
 mod common;
 
 use common::emuhost::EmuOptions;
-use common::fixture::assert_no_state;
+use common::fixture::{assert_no_state, vfio_lab};
 use common::lab::{bin, Lab};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -244,10 +244,7 @@ fn codes(j: &Value) -> Vec<String> {
 /// GUIDs and policies from the MLNX_OFED files, no holder, no finding; exit 0.
 #[test]
 fn doctor_on_an_idle_node() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..EmuOptions::default()
-    });
+    let lab = vfio_lab(3);
     let h = HostRoot::new(&lab);
     let (j, rc) = check_golden(&lab, &h, "idle");
     assert_eq!(rc, 0, "{j}");
@@ -406,10 +403,7 @@ fn doctor_per_attachment_view() {
 /// files give findings, not a crash; exit 1.
 #[test]
 fn doctor_reports_each_finding_and_survives_hostile_files() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..EmuOptions::default()
-    });
+    let lab = vfio_lab(3);
     let h = HostRoot::new(&lab);
     let pod = lab.host.new_pod();
     lab.add("twice", &pod, &lab.conf("1.0.0", 0)).expect_ok();

@@ -6,7 +6,9 @@
 mod common;
 
 use common::emuhost::Pod;
-use common::fixture::{assert_no_state, assert_pristine, del_leaves_nothing, fresh};
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, del_sparing, fresh, squat,
+};
 use common::lab::{bin, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -261,26 +263,11 @@ fn device_info_path_is_never_overwritten_or_removed_when_not_ours() {
 /// not touch the device that took the name.
 #[test]
 fn original_name_taken_in_the_host_returns_the_vf_under_the_fallback_name() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, _, pod, conf) = Lab::attached(0);
     lab.host.sync_netdevs().unwrap();
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    host_ok(
-        &lab,
-        &[
-            "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
-        ],
-    );
-    let squatter = lab.host.snapshot().link(&orig).unwrap().clone();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    let after = lab.host.snapshot();
-    assert_eq!(
-        after.link(&orig),
-        Some(&squatter),
-        "the squatter is untouched"
-    );
+    let squatter = squat(&lab, &orig);
+    let after = del_sparing(&lab, "c1", pod.netns(), &conf, &squatter);
     let back = after
         .links
         .iter()

@@ -10,7 +10,9 @@
 mod common;
 
 use common::emuhost::EmuOptions;
-use common::fixture::{assert_no_state, assert_pristine, del_leaves_nothing, fresh};
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, vfio_lab,
+};
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -158,12 +160,7 @@ fn without_pkey_wait_ms_a_warning_and_no_wait() {
 /// a device with a pkey table (not vfio).
 #[test]
 fn pkey_wait_ms_is_validated_before_any_change() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh_on(vfio_lab(3));
     for (v, want) in [
         (json!(0), "pkeyWaitMs must be an integer from 1 to 60000"),
         (

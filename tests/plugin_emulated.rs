@@ -10,7 +10,8 @@ mod common;
 
 use common::emuhost::{EmuOptions, HostSnapshot, Pod};
 use common::fixture::{
-    assert_no_state, assert_pristine, del_leaves_nothing, fresh, lab_of, zero_guid_lab,
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, lab_of, vfio_lab,
+    zero_guid_lab,
 };
 use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
@@ -228,10 +229,7 @@ fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
 
 #[test]
 fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
+    let lab = vfio_lab(3);
     let vf = lab.host.vf(3);
     assert!(vf.is_vfio());
     let before = lab.host.snapshot();
@@ -445,10 +443,7 @@ fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
 
 #[test]
 fn del_with_empty_netns_still_releases_the_ip() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 1);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, _, pod, conf) = Lab::attached(1);
     assert_eq!(lab.allocations().len(), 1);
     lab.del("c1", "", &conf).expect_ok();
     assert!(
@@ -644,12 +639,7 @@ type BadCase<'a> = (&'a str, Value, Vec<(&'a str, &'a str)>, u64);
 
 #[test]
 fn every_bad_input_gets_its_code_and_changes_nothing() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh_on(vfio_lab(3));
     let good = lab.conf("1.0.0", 0);
     let with = |k: &str, v: Value| {
         let mut c = good.clone();

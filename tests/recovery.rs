@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::fixture::{assert_no_state, lab_of};
+use common::fixture::{assert_no_state, del_sparing, lab_of, squat};
 use common::lab::{bin, list, Lab, Run};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -155,21 +155,12 @@ fn a_name_held_by_another_netdev_of_the_vf_is_waited_for() {
 fn original_name_taken_with_the_pod_gone_falls_back() {
     let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    lab.host.host_ip(&[
-        "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
-    ]);
-    let squatter = lab.host.snapshot().link(&orig).unwrap().clone();
+    let squatter = squat(&lab, &orig);
     pod.delete().unwrap();
     lab.host
         .return_destroyed_vf_netdev(0, "net1", &before)
         .unwrap();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    let after = lab.host.snapshot();
-    assert_eq!(
-        after.link(&orig),
-        Some(&squatter),
-        "the squatter is untouched"
-    );
+    let after = del_sparing(&lab, "c1", pod.netns(), &conf, &squatter);
     assert!(after.link("net1").is_none(), "not left under its pod name");
     assert!(
         after.links.iter().any(|l| l.name.starts_with("ibvf")),

@@ -2,28 +2,85 @@
 //! state before the test and a pod, and the checks that a test left the lab as it found
 //! it (the host as before, no journal, no IPAM allocation).
 
-use super::emuhost::{EmuOptions, HostSnapshot, Pod};
+use super::emuhost::{EmuOptions, HostSnapshot, LinkSnapshot, Pod};
 use super::lab::Lab;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A default lab (`Lab::default()`), its host's snapshot before anything happens, and a
 /// new pod netns. Panics as `Lab::default` and `new_pod` do (the suites run as root).
 pub fn fresh() -> (Lab, HostSnapshot, Pod) {
-    fresh_with(EmuOptions::default())
+    fresh_on(Lab::default())
 }
 
-/// [`fresh`] with the lab built from `opts`.
-pub fn fresh_with(opts: EmuOptions) -> (Lab, HostSnapshot, Pod) {
-    let lab = Lab::new(opts);
+/// [`fresh`] on `lab`: the lab, its host's snapshot now, and a new pod netns.
+pub fn fresh_on(lab: Lab) -> (Lab, HostSnapshot, Pod) {
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     (lab, before, pod)
+}
+
+/// A default lab with VF `vf` attached as `cid`/`net1` (cniVersion 1.0.0) in a new pod:
+/// the lab, the host before the ADD, the pod and the config (`Lab::attached` under
+/// another container ID). Panics when the ADD fails.
+#[track_caller]
+pub fn attached_as(cid: &str, vf: u32) -> (Lab, HostSnapshot, Pod, Value) {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", vf);
+    lab.add(cid, &pod, &conf).expect_ok();
+    (lab, before, pod, conf)
+}
+
+/// `conf` with `runtimeConfig.infinibandGUID` = `guid` and `link_state` = `state`.
+pub fn guid_and_link_state(mut conf: Value, guid: &str, state: &str) -> Value {
+    conf["runtimeConfig"]["infinibandGUID"] = json!(guid);
+    conf["link_state"] = json!(state);
+    conf
+}
+
+/// A foreign link takes the name `name` in the host: a veth (peer `squat-p`). Returns
+/// its snapshot. Panics when `ip link add` fails.
+#[track_caller]
+pub fn squat(lab: &Lab, name: &str) -> LinkSnapshot {
+    lab.host.host_ip(&[
+        "link", "add", name, "type", "veth", "peer", "name", "squat-p",
+    ]);
+    lab.host.snapshot().link(name).unwrap().clone()
+}
+
+/// DEL of `cid` in `netns` succeeds and leaves `squatter` (from [`squat`]) untouched;
+/// returns the host after the DEL. Panics otherwise.
+#[track_caller]
+pub fn del_sparing(
+    lab: &Lab,
+    cid: &str,
+    netns: &str,
+    conf: &Value,
+    squatter: &LinkSnapshot,
+) -> HostSnapshot {
+    lab.del(cid, netns, conf).expect_ok();
+    let after = lab.host.snapshot();
+    assert_eq!(
+        after.link(&squatter.name),
+        Some(squatter),
+        "the squatter is untouched"
+    );
+    after
 }
 
 /// A lab of `vfs` netdev VFs, otherwise as `Lab::default()`.
 pub fn lab_of(vfs: u32) -> Lab {
     Lab::new(EmuOptions {
         vfs,
+        ..Default::default()
+    })
+}
+
+/// A lab whose VF `vf` is bound to vfio-pci (no netdev), otherwise as `Lab::default()`.
+pub fn vfio_lab(vf: u32) -> Lab {
+    Lab::new(EmuOptions {
+        vfio: vec![vf],
         ..Default::default()
     })
 }
