@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::fixture::{assert_pristine, attached_as, fresh};
+use common::fixture::{assert_pristine, attached_as, fresh, guid_and_link_state};
 use common::lab::{bin, list, Lab};
 use serde_json::json;
 
@@ -132,9 +132,7 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
 #[test]
 fn add_and_del_make_no_fsync() {
     let (lab, before, pod) = fresh();
-    let mut conf = lab.conf("1.0.0", 2);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:01");
-    conf["link_state"] = json!("enable");
+    let conf = guid_and_link_state(lab.conf("1.0.0", 2), "02:00:00:00:00:00:77:01", "enable");
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
     let wrapper = dir.path().join("ib-sriov");

@@ -10,6 +10,7 @@
 mod common;
 
 use common::failpoints::{ADD_POINTS, DEL_POINTS};
+use common::fixture::guid_and_link_state;
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
@@ -20,9 +21,7 @@ use std::time::Duration;
 /// A config that exercises every step: GUID (set via OFED + driver rebind), link state,
 /// device-info file, netdev move, built-in IPAM.
 fn full_conf(lab: &Lab, vf: u32) -> (Value, PathBuf) {
-    let mut conf = lab.conf("1.1.0", vf);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
-    conf["link_state"] = json!("enable");
+    let mut conf = guid_and_link_state(lab.conf("1.1.0", vf), "02:00:00:00:00:00:77:77", "enable");
     let devinfo = lab.host.root().join("devinfo").join(format!("vf{vf}.json"));
     conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
     (conf, devinfo)

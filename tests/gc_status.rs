@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::fixture::{assert_no_state, fresh};
+use common::fixture::{assert_no_state, fresh, guid_and_link_state};
 use common::lab::{list, Lab};
 use serde_json::{json, Value};
 
@@ -37,9 +37,11 @@ fn gc_with_an_empty_list_releases_every_attachment() {
     let mut pods = Vec::new();
     for vf in [0, 1, 2] {
         let pod = lab.host.new_pod();
-        let mut conf = lab.conf("1.1.0", vf);
-        conf["runtimeConfig"]["infinibandGUID"] = json!(format!("02:00:00:00:00:00:66:0{vf}"));
-        conf["link_state"] = json!("enable");
+        let conf = guid_and_link_state(
+            lab.conf("1.1.0", vf),
+            &format!("02:00:00:00:00:00:66:0{vf}"),
+            "enable",
+        );
         lab.add(&format!("g{vf}"), &pod, &conf).expect_ok();
         pods.push(pod);
     }
@@ -87,9 +89,7 @@ fn gc_keeps_exactly_the_valid_attachments() {
 #[test]
 fn gc_of_an_attachment_whose_netns_is_gone() {
     let (lab, before, pod) = fresh();
-    let mut conf = lab.conf("1.1.0", 2);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:55:55");
-    conf["link_state"] = json!("disable");
+    let conf = guid_and_link_state(lab.conf("1.1.0", 2), "02:00:00:00:00:00:55:55", "disable");
     lab.add("gone", &pod, &conf).expect_ok();
     pod.delete().unwrap();
     lab.host

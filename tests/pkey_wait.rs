@@ -9,7 +9,6 @@
 
 mod common;
 
-use common::emuhost::EmuOptions;
 use common::fixture::{
     assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, vfio_lab,
 };

@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::emuhost::{HostSnapshot, Pod};
 use common::fixture::{
-    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, lab_of, vfio_lab,
-    zero_guid_lab,
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, guid_and_link_state,
+    lab_of, vfio_lab, zero_guid_lab,
 };
 use common::lab::{bin, list, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
@@ -235,9 +235,7 @@ fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
     let before = lab.host.snapshot();
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.1.0", 3);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:0f:0f");
-    conf["link_state"] = json!("disable");
+    let conf = guid_and_link_state(lab.conf("1.1.0", 3), "02:00:00:00:00:00:0f:0f", "disable");
     let res = lab.add("c1", &pod, &conf).expect_ok();
     // As the Go plugin's result: CNI_IFNAME with the pod netns as sandbox (Multus'
     // network-status and KubeVirt key on it), plus the PCI address in 1.1.0.
@@ -341,9 +339,7 @@ fn del_after_the_pod_netns_was_deleted() {
     let vf = lab.host.vf(0);
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.0.0", 0);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:99");
-    conf["link_state"] = json!("enable");
+    let conf = guid_and_link_state(lab.conf("1.0.0", 0), "02:00:00:00:00:00:00:99", "enable");
     lab.add("c1", &pod, &conf).expect_ok();
     let netns = pod.netns().to_string();
     pod.delete().unwrap();
@@ -443,7 +439,7 @@ fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
 
 #[test]
 fn del_with_empty_netns_still_releases_the_ip() {
-    let (lab, _, pod, conf) = Lab::attached(1);
+    let (lab, _, _pod, conf) = Lab::attached(1);
     assert_eq!(lab.allocations().len(), 1);
     lab.del("c1", "", &conf).expect_ok();
     assert!(
@@ -824,9 +820,8 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
     let before = lab.host.snapshot();
     for point in common::failpoints::ADD_POINTS {
         let pod = lab.host.new_pod();
-        let mut conf = lab.conf("1.0.0", 1);
-        conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
-        conf["link_state"] = json!("enable");
+        let mut conf =
+            guid_and_link_state(lab.conf("1.0.0", 1), "02:00:00:00:00:00:77:77", "enable");
         let devinfo = lab.host.root().join("devinfo").join("fp.json");
         conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
         let spec = format!("{point}=error");
