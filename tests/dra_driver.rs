@@ -24,6 +24,7 @@
 mod common;
 
 use common::emuhost::{EmuOptions, Pod, PF_BDF, PF_PORT_GUID};
+use common::exec::Outcome;
 use common::lab::Lab;
 use common::libcni::dra_standin;
 use serde_json::{json, Value};
@@ -42,29 +43,15 @@ struct Dra {
     scratch: tempfile::TempDir,
 }
 
-/// One run of the stand-in.
-#[derive(Debug)]
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
+/// A run of the stand-in ([`Dra::run`]) that must succeed.
+impl Outcome {
     #[track_caller]
-    fn ok(self) -> Out {
-        assert!(
-            self.ok,
-            "dra-standin failed:\nstdout: {}\nstderr: {}",
-            self.stdout, self.stderr
-        );
-        self
+    fn ok(self) -> Outcome {
+        self.succeeded("dra-standin")
     }
     #[track_caller]
     fn json(self) -> Value {
-        let o = self.ok();
-        serde_json::from_str(&o.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", o.stdout))
+        self.json_of("dra-standin")
     }
 }
 
@@ -123,7 +110,13 @@ impl Dra {
     /// Runs the stand-in in the host netns as the driver's NRI hook would:
     /// `<cmd> <nad> <vf> <netns> <sandbox> <ifname> <pod namespace> <pod name> <uid>`.
     /// `at` is (VF index, netns path, sandbox ID, ifname).
-    fn run(&self, cmd: &str, nad: &Path, at: (u32, &str, &str, &str), env: &[(&str, &str)]) -> Out {
+    fn run(
+        &self,
+        cmd: &str,
+        nad: &Path,
+        at: (u32, &str, &str, &str),
+        env: &[(&str, &str)],
+    ) -> Outcome {
         let (vf, netns, sandbox, ifname) = at;
         let prog = dra_standin().to_str().unwrap();
         let cni_path = common::lab::bin().parent().unwrap().to_str().unwrap();
@@ -149,12 +142,7 @@ impl Dra {
             ("LIBCNI_CACHE_DIR", cache),
         ];
         e.extend_from_slice(env);
-        let o = common::emuhost::exec_in_netns(&self.lab.host.host_netns_path(), &args, &e, None);
-        Out {
-            ok: o.status.success(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        common::emuhost::exec_in_netns(&self.lab.host.host_netns_path(), &args, &e, None).into()
     }
 
     /// libcni's cached result of `sandbox`/`ifname` on network `net`.
