@@ -115,3 +115,11 @@ pub fn del_leaves_nothing(lab: &Lab, cid: &str, netns: &str, conf: &Value, befor
     lab.del_restores(cid, netns, conf, before);
     assert_no_state(lab);
 }
+
+/// `text` contains every one of `needles`; panics naming the first missing one.
+#[track_caller]
+pub fn assert_has_all(text: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(text.contains(n), "{n:?} not in: {text}");
+    }
+}
