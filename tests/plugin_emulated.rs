@@ -642,99 +642,60 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
         c[k] = v;
         c
     };
-    let mut cases: Vec<BadCase> = vec![
-        (
-            "cniVersion 0.2.0",
-            with("cniVersion", json!("0.0.9")),
-            vec![],
-            1,
-        ),
-        (
-            "cniVersion 9.9.9",
-            with("cniVersion", json!("9.9.9")),
-            vec![],
-            1,
-        ),
-        (
-            "deviceID garbage",
-            with("deviceID", json!("not-pci")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID unknown",
-            with("deviceID", json!("0000:af:07.7")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID is the PF",
-            with("deviceID", json!("0000:af:00.0")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID not a string",
-            with("deviceID", json!(12)),
-            vec![],
-            7,
-        ),
+    // (what, key, value, expected code): the good configuration with one key set.
+    let keyed: [(&str, &str, Value, u64); 16] = [
+        ("cniVersion 0.2.0", "cniVersion", json!("0.0.9"), 1),
+        ("cniVersion 9.9.9", "cniVersion", json!("9.9.9"), 1),
+        ("deviceID garbage", "deviceID", json!("not-pci"), 7),
+        ("deviceID unknown", "deviceID", json!("0000:af:07.7"), 7),
+        ("deviceID is the PF", "deviceID", json!("0000:af:00.0"), 7),
+        ("deviceID not a string", "deviceID", json!(12), 7),
         (
             "guid malformed",
-            with("runtimeConfig", json!({"infinibandGUID": "02:00:00"})),
-            vec![],
+            "runtimeConfig",
+            json!({"infinibandGUID": "02:00:00"}),
             7,
         ),
         (
             "guid all zero",
-            with(
-                "runtimeConfig",
-                json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
-            ),
-            vec![],
+            "runtimeConfig",
+            json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
             7,
         ),
-        ("link_state bad", with("link_state", json!("up")), vec![], 7),
-        ("pkey bad", with("pkey", json!("0xfffff")), vec![], 7),
-        (
-            "rdmaIsolation not bool",
-            with("rdmaIsolation", json!("yes")),
-            vec![],
-            7,
-        ),
+        ("link_state bad", "link_state", json!("up"), 7),
+        ("pkey bad", "pkey", json!("0xfffff"), 7),
+        ("rdmaIsolation not bool", "rdmaIsolation", json!("yes"), 7),
         (
             "ipam bad subnet",
-            with(
-                "ipam",
-                json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/33"}),
-            ),
-            vec![],
+            "ipam",
+            json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/33"}),
             7,
         ),
-        (
-            "ipam dhcp",
-            with("ipam", json!({"type": "dhcp"})),
-            vec![],
-            7,
-        ),
+        ("ipam dhcp", "ipam", json!({"type": "dhcp"}), 7),
         (
             "ipam type not a string",
-            with("ipam", json!({"type": 5, "subnet": "10.0.0.0/24"})),
-            vec![],
+            "ipam",
+            json!({"type": 5, "subnet": "10.0.0.0/24"}),
             7,
         ),
         (
             "mlx5_core VF with vfioPciMode true",
-            with("vfioPciMode", json!(true)),
-            vec![],
+            "vfioPciMode",
+            json!(true),
             7,
         ),
         (
             "ibKubernetesEnabled, pod not annotated",
-            with("ibKubernetesEnabled", json!(true)),
-            vec![],
+            "ibKubernetesEnabled",
+            json!(true),
             11,
         ),
+    ];
+    let mut cases: Vec<BadCase> = keyed
+        .into_iter()
+        .map(|(what, k, v, code)| (what, with(k, v), vec![], code))
+        .collect();
+    cases.extend([
         (
             "ibKubernetesEnabled, no GUID",
             {
@@ -755,31 +716,23 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             vec![],
             7,
         ),
-        (
-            "CNI_IFNAME too long",
-            good.clone(),
-            vec![("CNI_IFNAME", "sixteen-chars-xx")],
-            4,
-        ),
-        (
-            "CNI_CONTAINERID bad",
-            good.clone(),
-            vec![("CNI_CONTAINERID", "../x")],
-            4,
-        ),
+    ]);
+    // (what, variable, value, expected code): the good configuration, one variable set.
+    let env: [(&str, &str, &str, u64); 4] = [
+        ("CNI_IFNAME too long", "CNI_IFNAME", "sixteen-chars-xx", 4),
+        ("CNI_CONTAINERID bad", "CNI_CONTAINERID", "../x", 4),
         (
             "CNI_NETNS missing path",
-            good.clone(),
-            vec![("CNI_NETNS", "/var/run/netns/does-not-exist")],
+            "CNI_NETNS",
+            "/var/run/netns/does-not-exist",
             3,
         ),
-        (
-            "CNI_COMMAND unknown",
-            good.clone(),
-            vec![("CNI_COMMAND", "ATTACH")],
-            4,
-        ),
+        ("CNI_COMMAND unknown", "CNI_COMMAND", "ATTACH", 4),
     ];
+    cases.extend(
+        env.into_iter()
+            .map(|(what, k, v, code)| (what, good.clone(), vec![(k, v)], code)),
+    );
     // CNI_IFNAME already present in the pod.
     pod.exec(&["ip", "link", "add", "net1", "type", "dummy"]);
     let has_dummy = pod.links().contains(&"net1".to_string());
