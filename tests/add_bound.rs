@@ -15,8 +15,8 @@
 mod common;
 
 use common::lab::Lab;
+use common::script::install_script;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 /// How far in the past the ADD's start is put: 3 s before its forward deadline (150 s).
@@ -28,12 +28,8 @@ const AGO_MS: u64 = 147_000;
 /// (ADD with an address). Returns its CNI_PATH (with the plugin's) and its log.
 fn stall_ipam(lab: &Lab, stalls: &[&str]) -> (String, std::path::PathBuf) {
     let dir = lab.host.root().join("stall-bin");
-    std::fs::create_dir_all(&dir).unwrap();
     let log = lab.host.root().join("stall.log");
-    let script = dir.join("stall-ipam");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(&dir, "stall-ipam", &format!(
             "#!/bin/sh\ntrap '' TERM INT HUP\ncat >/dev/null\n\
              echo \"$CNI_COMMAND\" >> {log}\n\
              case \" {stalls} \" in *\" $CNI_COMMAND \"*) exec sleep 600;; esac\n\
@@ -43,10 +39,7 @@ fn stall_ipam(lab: &Lab, stalls: &[&str]) -> (String, std::path::PathBuf) {
              esac\n",
             log = log.display(),
             stalls = stalls.join(" ")
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let ours = common::lab::bin().parent().unwrap();
     (format!("{}:{}", dir.display(), ours.display()), log)
 }

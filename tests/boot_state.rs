@@ -12,6 +12,7 @@ mod common;
 
 use common::fixture::{assert_pristine, attached_as, fresh, guid_and_link_state};
 use common::lab::{bin, list, Lab};
+use common::script::install_script;
 use serde_json::json;
 
 /// A boot ID that is not the running kernel's.
@@ -135,18 +136,11 @@ fn add_and_del_make_no_fsync() {
     let conf = guid_and_link_state(lab.conf("1.0.0", 2), "02:00:00:00:00:00:77:01", "enable");
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
-    let wrapper = dir.path().join("ib-sriov");
-    std::fs::write(
-        &wrapper,
-        format!(
+    let wrapper = install_script(dir.path(), "ib-sriov", &format!(
             "#!/bin/sh\nexec strace -f -qq -o '{}' -e signal=none -e trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync '{}' \"$@\"\n",
             trace.display(),
             bin().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let mut calls = String::new();
     for cmd in ["ADD", "DEL"] {
         let out = lab.host.run_plugin(

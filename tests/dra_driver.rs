@@ -145,6 +145,22 @@ impl Dra {
         common::emuhost::exec_in_netns(&self.lab.host.host_netns_path(), &args, &e, None).into()
     }
 
+    /// ADDs VF 0 as `net1` of `sandbox` in a new pod with the default NAD, checks the
+    /// network device data it returns (`what` names the call), then deletes the pod's
+    /// netns as a dying pod would. Returns the NAD and the netns path.
+    #[track_caller]
+    fn add_then_lose_the_pod(&self, sandbox: &str, what: &str) -> (PathBuf, String) {
+        let pod = self.lab.host.new_pod();
+        let nad = self.nad(json!({}));
+        let a = self
+            .run("add", &nad, (0, pod.netns(), sandbox, "net1"), &[])
+            .json();
+        check_network_device_data(self, what, &a, &pod, "net1", "ibnet");
+        let netns = pod.netns().to_string();
+        pod.delete().unwrap();
+        (nad, netns)
+    }
+
     /// libcni's cached result of `sandbox`/`ifname` on network `net`.
     fn cache_entry(&self, net: &str, sandbox: &str, ifname: &str) -> PathBuf {
         self.scratch
@@ -299,14 +315,7 @@ fn add_del_del_with_the_vfs_own_guid_two_claimed_vfs() {
 fn del_after_the_pod_netns_died() {
     let dra = Dra::new(EmuOptions::default());
     let before = dra.lab.host.snapshot();
-    let pod = dra.lab.host.new_pod();
-    let nad = dra.nad(json!({}));
-    let a = dra
-        .run("add", &nad, (0, pod.netns(), "sb-dead", "net1"), &[])
-        .json();
-    check_network_device_data(&dra, "netns-died ADD", &a, &pod, "net1", "ibnet");
-    let netns = pod.netns().to_string();
-    pod.delete().unwrap();
+    let (nad, netns) = dra.add_then_lose_the_pod("sb-dead", "netns-died ADD");
     dra.lab
         .host
         .return_destroyed_vf_netdev(0, "net1", &before)
@@ -331,16 +340,9 @@ fn del_after_a_reboot() {
     let dra = Dra::new(EmuOptions::default());
     let before = dra.lab.host.snapshot();
     let orig = dra.lab.host.vf(0).netdev.clone().unwrap();
-    let pod = dra.lab.host.new_pod();
-    let nad = dra.nad(json!({}));
-    let a = dra
-        .run("add", &nad, (0, pod.netns(), "sb-boot", "net1"), &[])
-        .json();
-    check_network_device_data(&dra, "reboot ADD", &a, &pod, "net1", "ibnet");
-    let netns = pod.netns().to_string();
     // The reboot: the pod netns is gone, the VF netdev is the driver's new one, under
     // its udev name.
-    pod.delete().unwrap();
+    let (nad, netns) = dra.add_then_lose_the_pod("sb-boot", "reboot ADD");
     dra.lab
         .host
         .return_destroyed_vf_netdev(0, &orig, &before)

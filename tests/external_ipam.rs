@@ -12,8 +12,8 @@ mod common;
 
 use common::fixture::fresh;
 use common::lab::{list, pod_addrs, Lab};
+use common::script::install_script;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const DEBIAN_CNI: &str = "/usr/lib/cni";
@@ -240,22 +240,15 @@ fn missing_delegate_and_dhcp_are_refused_up_front() {
 fn gc_and_status_are_forwarded() {
     let lab = Lab::default();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let log = lab.host.root().join("recorder.log");
-    let script = bin.join("recorder");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(&bin, "recorder", &format!(
             "#!/bin/sh\ninput=$(cat)\n\
              if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}}'; exit 0; fi\n\
              printf '%s %s\\n' \"$CNI_COMMAND\" \"$input\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = STATUS ] && [ -e {log}.down ]; then\n\
              echo '{{\"cniVersion\":\"1.1.0\",\"code\":50,\"msg\":\"pool service down\"}}'; exit 1; fi\n",
             log = log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let mut conf = lab.conf("1.1.0", 0);
     conf.as_object_mut().unwrap().remove("deviceID");
     conf["ipam"] = json!({"type": "recorder", "pool": "p1"});
@@ -306,19 +299,16 @@ fn gc_and_status_are_forwarded() {
 fn unusable_ipam_never_blocks_del() {
     let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     for (name, code) in [("refuse-version", 1), ("refuse-config", 7)] {
-        let script = bin.join(name);
-        std::fs::write(
-            &script,
-            format!(
+        install_script(
+            &bin,
+            name,
+            &format!(
                 "#!/bin/sh\ncat >/dev/null\n\
                  if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"0.3.1\",\"supportedVersions\":[\"0.3.1\"]}}'; exit 0; fi\n\
                  echo '{{\"cniVersion\":\"0.3.1\",\"code\":{code},\"msg\":\"refused\"}}'; exit 1\n"
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
     }
     let path = format!("{}:{}", bin.display(), cni_path());
     let env = [("CNI_PATH", path.as_str())];
@@ -354,19 +344,12 @@ fn unusable_ipam_never_blocks_del() {
 fn a_delegate_result_without_ips_is_an_error() {
     let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let log = lab.host.root().join("noip.log");
-    let script = bin.join("noip");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(&bin, "noip", &format!(
             "#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = ADD ]; then echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'; fi\n",
             log = log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "noip"}));
     let path = format!("{}:{}", bin.display(), cni_path());
     let env = [("CNI_PATH", path.as_str())];
@@ -389,15 +372,8 @@ fn a_delegate_result_without_ips_is_an_error() {
 fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result() {
     let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = bin.join("badresult");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\ncat >/dev/null\n\
-         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    install_script(&bin, "badresult", "#!/bin/sh\ncat >/dev/null\n\
+         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n");
     let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "badresult"}));
     let path = format!("{}:{}", bin.display(), cni_path());
     let env = [("CNI_PATH", path.as_str())];

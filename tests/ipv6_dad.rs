@@ -8,6 +8,7 @@ mod common;
 
 use common::fixture::fresh;
 use common::lab::{bin, Lab};
+use common::script::install_script;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -16,13 +17,11 @@ const V6: &str = "fd00:56::9";
 /// A stand-in IPAM plugin answering ADD with one IPv4 and one IPv6 address, each with a
 /// gateway; the network configuration using it and the CNI_PATH that finds it.
 fn v6_ipam(lab: &Lab) -> (Value, String) {
-    use std::os::unix::fs::PermissionsExt;
     let fake = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&fake).unwrap();
-    let script = fake.join("v6ipam");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(
+        &fake,
+        "v6ipam",
+        &format!(
             r#"#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
@@ -31,9 +30,7 @@ VERSION) echo '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}' ;
 esac
 "#
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({"type": "v6ipam"});
     let path = format!("{}:{}", fake.display(), bin().parent().unwrap().display());

@@ -23,6 +23,7 @@ mod common;
 
 use common::lab::{bin, Lab, Run};
 use common::rng::Rng;
+use common::script::install_script;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -337,18 +338,11 @@ fn no_configuration_makes_the_plugin_write_outside_the_allowed_roots() {
     let trace = tmp.join("trace");
     let wrapper_dir = tmp.join("bin");
     std::fs::create_dir(&wrapper_dir).unwrap();
-    let wrapper = wrapper_dir.join("ib-sriov");
-    std::fs::write(
-        &wrapper,
-        format!(
+    let wrapper = install_script(&wrapper_dir, "ib-sriov", &format!(
             "#!/bin/sh\nexec strace -f -qq --seccomp-bpf -y -e trace={TRACED} -e status=successful -A -o '{}' -- '{}' \"$@\"\n",
             trace.display(),
             bin().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
 
     // Whatever this run wrote under the tag, inside the roots or (had the plugin been
     // wrong) outside them, goes when the test ends, failed or not.

@@ -14,6 +14,7 @@ use common::fixture::{
     lab_of, vfio_lab, zero_guid_lab,
 };
 use common::lab::{bin, list, pod_addrs, Lab, Run};
+use common::script::install_script;
 use serde_json::{json, Value};
 
 const VERSIONS: [&str; 7] = [
@@ -938,7 +939,6 @@ fn empty_ipam_object_means_no_ipam() {
 /// `scope`. The IPAM result comes from a stand-in delegate on CNI_PATH.
 #[test]
 fn ipv6_dad_and_route_attributes() {
-    use std::os::unix::fs::PermissionsExt;
     let (lab, before, pod) = fresh();
     for k in ["all", "default"] {
         let o = pod.exec(&[
@@ -949,10 +949,9 @@ fn ipv6_dad_and_route_attributes() {
         assert!(o.status.success(), "{o:?}");
     }
     let fake = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&fake).unwrap();
-    let script = fake.join("v6ipam");
-    std::fs::write(
-        &script,
+    install_script(
+        &fake,
+        "v6ipam",
         r#"#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
@@ -960,9 +959,7 @@ ADD) echo '{"cniVersion":"1.1.0","ips":[{"address":"10.56.217.9/24","gateway":"1
 VERSION) echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}' ;;
 esac
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({"type": "v6ipam"});
     let path = format!("{}:{}", fake.display(), bin().parent().unwrap().display());

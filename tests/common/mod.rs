@@ -12,3 +12,4 @@ pub mod lab;
 pub mod libcni;
 pub mod policy;
 pub mod rng;
+pub mod script;
