@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::Lab;
 use common::script::install_script;
 use serde_json::{json, Value};
@@ -68,10 +69,8 @@ fn calls(log: &std::path::Path) -> Vec<String> {
 /// exits by 220 s of its start: 147 s + the run's wall time.
 #[test]
 fn a_stalled_delegate_cannot_take_add_past_220_s() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD", "DEL"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let ago = AGO_MS.to_string();
     let t0 = Instant::now();
     let r = lab.run(
@@ -113,10 +112,8 @@ fn a_stalled_delegate_cannot_take_add_past_220_s() {
 /// once (3 s of wall time), and a DEL of the attachment afterwards succeeds.
 #[test]
 fn a_stalled_delegate_add_is_killed_at_the_forward_deadline_and_cleaned_up() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let ago = AGO_MS.to_string();
     let env = [
         ("CNI_PATH", path.as_str()),
@@ -143,10 +140,8 @@ fn a_stalled_delegate_add_is_killed_at_the_forward_deadline_and_cleaned_up() {
 /// start the delegate at all: code 11 naming ADD's bound, rolled back at once.
 #[test]
 fn no_delegate_add_is_started_past_the_forward_deadline() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let t0 = Instant::now();
     let e = lab
         .run(
