@@ -34,6 +34,16 @@ fn with_ipam(lab: &Lab, version: &str, vf: u32, ipam: Value) -> Value {
     c
 }
 
+/// Installs the stand-in delegate `name` (the shell script `script`) in the lab's
+/// `fake-cni-bin`: the network config (cniVersion 1.0.0, VF 0) whose IPAM is that
+/// delegate, and the CNI_PATH that finds it (then ours and Debian's).
+fn fake_delegate(lab: &Lab, name: &str, script: &str) -> (Value, String) {
+    let bin = lab.host.root().join("fake-cni-bin");
+    install_script(&bin, name, script);
+    let conf = with_ipam(lab, "1.0.0", 0, json!({ "type": name }));
+    (conf, format!("{}:{}", bin.display(), cni_path()))
+}
+
 fn host_local(lab: &Lab) -> (Value, PathBuf) {
     let dir = lab.host.root().join("host-local");
     (
@@ -171,19 +181,8 @@ fn add_failing_after_ipam_releases_the_delegates_allocation() {
         assert!(lab.journals().is_empty(), "{point}");
     }
     // Killed right after host-local allocated: the next DEL releases it.
-    let out = lab.host.run_plugin(
-        common::lab::bin(),
-        "ADD",
-        "f2",
-        pod.netns(),
-        "net1",
-        &conf.to_string(),
-        &[
-            ("CNI_PATH", &cni_path()),
-            ("IB_SRIOV_FAILPOINTS", "add.ipam=kill"),
-        ],
-    );
-    assert!(!out.status.success());
+    let killed = run(&lab, "ADD", "f2", pod.netns(), &conf, "add.ipam=kill");
+    assert!(!killed.ok);
     assert_eq!(held(&store).len(), 1, "allocated before the kill");
     run(&lab, "DEL", "f2", pod.netns(), &conf, "").expect_ok();
     assert!(held(&store).is_empty());
@@ -343,15 +342,16 @@ fn unusable_ipam_never_blocks_del() {
 #[test]
 fn a_delegate_result_without_ips_is_an_error() {
     let (lab, before, pod) = fresh();
-    let bin = lab.host.root().join("fake-cni-bin");
     let log = lab.host.root().join("noip.log");
-    install_script(&bin, "noip", &format!(
+    let (conf, path) = fake_delegate(
+        &lab,
+        "noip",
+        &format!(
             "#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = ADD ]; then echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'; fi\n",
             log = log.display()
-        ));
-    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "noip"}));
-    let path = format!("{}:{}", bin.display(), cni_path());
+        ),
+    );
     let env = [("CNI_PATH", path.as_str())];
     let e = lab
         .run("ADD", "n1", pod.netns(), &conf, &env)
@@ -371,11 +371,12 @@ fn a_delegate_result_without_ips_is_an_error() {
 #[test]
 fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result() {
     let (lab, before, pod) = fresh();
-    let bin = lab.host.root().join("fake-cni-bin");
-    install_script(&bin, "badresult", "#!/bin/sh\ncat >/dev/null\n\
-         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n");
-    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "badresult"}));
-    let path = format!("{}:{}", bin.display(), cni_path());
+    let (conf, path) = fake_delegate(
+        &lab,
+        "badresult",
+        "#!/bin/sh\ncat >/dev/null\n\
+         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n",
+    );
     let env = [("CNI_PATH", path.as_str())];
     let e = lab
         .run("ADD", "b1", pod.netns(), &conf, &env)
