@@ -183,9 +183,10 @@ fn run_bounded(
     conf: &Value,
     extra: &[(&str, &str)],
 ) -> Run {
+    let stdin = conf.to_string();
     let child = lab
         .host
-        .spawn_plugin(bin(), verb, cid, netns, "net1", &conf.to_string(), extra);
+        .spawn_plugin(bin(), verb, cid, netns, "net1", &stdin, extra);
     Run::from(output_bounded(child, RUN_LIMIT, verb))
 }
 
