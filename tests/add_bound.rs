@@ -14,9 +14,10 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::Lab;
+use common::script::install_script;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 /// How far in the past the ADD's start is put: 3 s before its forward deadline (150 s).
@@ -28,12 +29,8 @@ const AGO_MS: u64 = 147_000;
 /// (ADD with an address). Returns its CNI_PATH (with the plugin's) and its log.
 fn stall_ipam(lab: &Lab, stalls: &[&str]) -> (String, std::path::PathBuf) {
     let dir = lab.host.root().join("stall-bin");
-    std::fs::create_dir_all(&dir).unwrap();
     let log = lab.host.root().join("stall.log");
-    let script = dir.join("stall-ipam");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(&dir, "stall-ipam", &format!(
             "#!/bin/sh\ntrap '' TERM INT HUP\ncat >/dev/null\n\
              echo \"$CNI_COMMAND\" >> {log}\n\
              case \" {stalls} \" in *\" $CNI_COMMAND \"*) exec sleep 600;; esac\n\
@@ -43,10 +40,7 @@ fn stall_ipam(lab: &Lab, stalls: &[&str]) -> (String, std::path::PathBuf) {
              esac\n",
             log = log.display(),
             stalls = stalls.join(" ")
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let ours = common::lab::bin().parent().unwrap();
     (format!("{}:{}", dir.display(), ours.display()), log)
 }
@@ -75,10 +69,8 @@ fn calls(log: &std::path::Path) -> Vec<String> {
 /// exits by 220 s of its start: 147 s + the run's wall time.
 #[test]
 fn a_stalled_delegate_cannot_take_add_past_220_s() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD", "DEL"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let ago = AGO_MS.to_string();
     let t0 = Instant::now();
     let r = lab.run(
@@ -120,10 +112,8 @@ fn a_stalled_delegate_cannot_take_add_past_220_s() {
 /// once (3 s of wall time), and a DEL of the attachment afterwards succeeds.
 #[test]
 fn a_stalled_delegate_add_is_killed_at_the_forward_deadline_and_cleaned_up() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let ago = AGO_MS.to_string();
     let env = [
         ("CNI_PATH", path.as_str()),
@@ -150,10 +140,8 @@ fn a_stalled_delegate_add_is_killed_at_the_forward_deadline_and_cleaned_up() {
 /// start the delegate at all: code 11 naming ADD's bound, rolled back at once.
 #[test]
 fn no_delegate_add_is_started_past_the_forward_deadline() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let (path, log) = stall_ipam(&lab, &["ADD"]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
     let t0 = Instant::now();
     let e = lab
         .run(

@@ -10,7 +10,9 @@
 
 mod common;
 
+use common::fixture::{assert_pristine, attached_as, fresh, guid_and_link_state};
 use common::lab::{bin, list, Lab};
+use common::script::install_script;
 use serde_json::json;
 
 /// A boot ID that is not the running kernel's.
@@ -36,10 +38,7 @@ fn journal_boot(lab: &Lab, name: &str) -> Option<String> {
 /// which a real reboot would have ended).
 #[test]
 fn del_drops_a_journal_of_another_boot_without_touching_the_vf() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("b1", &pod, &conf).expect_ok();
+    let (lab, _, pod, conf) = attached_as("b1", 0);
     let running = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_eq!(
         journal_boot(&lab, "b1:net1").as_deref(),
@@ -133,26 +132,15 @@ fn the_first_allocation_of_a_new_boot_frees_the_earlier_boots_allocations() {
 /// fdatasync, sync, syncfs, sync_file_range or msync: traced with `strace -f`.
 #[test]
 fn add_and_del_make_no_fsync() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.0.0", 2);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:01");
-    conf["link_state"] = json!("enable");
+    let (lab, before, pod) = fresh();
+    let conf = guid_and_link_state(lab.conf("1.0.0", 2), "02:00:00:00:00:00:77:01", "enable");
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
-    let wrapper = dir.path().join("ib-sriov");
-    std::fs::write(
-        &wrapper,
-        format!(
+    let wrapper = install_script(dir.path(), "ib-sriov", &format!(
             "#!/bin/sh\nexec strace -f -qq -o '{}' -e signal=none -e trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync '{}' \"$@\"\n",
             trace.display(),
             bin().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let mut calls = String::new();
     for cmd in ["ADD", "DEL"] {
         let out = lab.host.run_plugin(
@@ -174,6 +162,5 @@ fn add_and_del_make_no_fsync() {
     }
     assert_eq!(calls.trim(), "", "sync calls in ADD+DEL:\n{calls}");
     lab.host.sync_netdevs().unwrap();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }

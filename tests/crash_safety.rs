@@ -9,7 +9,9 @@
 
 mod common;
 
+use common::emuhost::HostSnapshot;
 use common::failpoints::{ADD_POINTS, DEL_POINTS};
+use common::fixture::guid_and_link_state;
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
@@ -20,12 +22,18 @@ use std::time::Duration;
 /// A config that exercises every step: GUID (set via OFED + driver rebind), link state,
 /// device-info file, netdev move, built-in IPAM.
 fn full_conf(lab: &Lab, vf: u32) -> (Value, PathBuf) {
-    let mut conf = lab.conf("1.1.0", vf);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
-    conf["link_state"] = json!("enable");
+    let mut conf = guid_and_link_state(lab.conf("1.1.0", vf), "02:00:00:00:00:00:77:77", "enable");
     let devinfo = lab.host.root().join("devinfo").join(format!("vf{vf}.json"));
     conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
     (conf, devinfo)
+}
+
+/// A default lab, its host before anything, and [`full_conf`] for VF `vf`.
+fn full_lab(vf: u32) -> (Lab, HostSnapshot, Value, PathBuf) {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let (conf, devinfo) = full_conf(&lab, vf);
+    (lab, before, conf, devinfo)
 }
 
 fn raw(lab: &Lab, cmd: &str, cid: &str, netns: &str, conf: &Value, fp: &str) -> Output {
@@ -76,9 +84,7 @@ fn assert_clean(lab: &Lab, before: &common::emuhost::HostSnapshot, devinfo: &Pat
 /// then a retried ADD succeeds, CHECK passes, and DEL restores everything.
 #[test]
 fn killed_at_each_add_step_then_del_or_a_retried_add_recovers() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (conf, devinfo) = full_conf(&lab, 1);
+    let (lab, before, conf, devinfo) = full_lab(1);
     for point in ADD_POINTS {
         // Kill, then DEL.
         let pod = lab.host.new_pod();
@@ -123,9 +129,7 @@ fn killed_at_each_add_step_then_del_or_a_retried_add_recovers() {
 /// round deletes the pod netns between the kill and the retry.
 #[test]
 fn killed_at_each_del_step_then_del_again_restores_the_host() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (conf, devinfo) = full_conf(&lab, 2);
+    let (lab, before, conf, devinfo) = full_lab(2);
     for point in DEL_POINTS {
         for delete_netns in [false, true] {
             let what = format!("{point} (netns deleted: {delete_netns})");
@@ -161,9 +165,7 @@ fn killed_at_each_del_step_then_del_again_restores_the_host() {
 /// DEL is not interrupted, exits 0 and restores the host.
 #[test]
 fn sigterm_and_sigint_during_del_do_not_interrupt_it() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (conf, devinfo) = full_conf(&lab, 3);
+    let (lab, before, conf, devinfo) = full_lab(3);
     let pod = lab.host.new_pod();
     lab.add("s1", &pod, &conf).expect_ok();
     let child = lab.host.spawn_plugin(
@@ -194,9 +196,7 @@ fn sigterm_and_sigint_during_del_do_not_interrupt_it() {
 /// (ADD, DEL, GC), never a hang, and ADD leaves the host as it was.
 #[test]
 fn held_locks_give_code_11_within_the_bound() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (mut conf, devinfo) = full_conf(&lab, 0);
+    let (lab, before, mut conf, devinfo) = full_lab(0);
     conf["lockTimeoutMs"] = json!(300);
     let pod = lab.host.new_pod();
 

@@ -44,50 +44,54 @@ fn the_docs_pass_the_checks() {
 #[test]
 fn the_checker_fails_a_wrong_command_and_passes_a_right_one() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: &[(&str, &str, bool)] = &[
-        ("right", "```sh\ntrue\necho fine\n```\n", true),
-        ("wrong command", "```sh\nno-such-command-ib-sriov --x\n```\n", false),
-        (
-            "failing later line",
-            "```sh\ntrue\nfalse\necho never\n```\n",
-            false,
-        ),
+    // A `sh` block, and one under a `docs-test` directive.
+    let sh = |body: &str| format!("```sh\n{body}\n```\n");
+    let under =
+        |directive: &str, body: &str| format!("<!-- docs-test: {directive} -->\n{}", sh(body));
+    let cases: Vec<(&str, String, bool)> = vec![
+        ("right", sh("true\necho fine"), true),
+        ("wrong command", sh("no-such-command-ib-sriov --x"), false),
+        ("failing later line", sh("true\nfalse\necho never"), false),
         (
             "check passes",
-            "<!-- docs-test: run; check: test -f /opt/cni/bin/x -->\n```sh\ntouch /opt/cni/bin/x\n```\n",
+            under("run; check: test -f /opt/cni/bin/x", "touch /opt/cni/bin/x"),
             true,
         ),
         (
             "check fails",
-            "<!-- docs-test: run; check: test -f /opt/cni/bin/y -->\n```sh\ntouch /opt/cni/bin/x\n```\n",
+            under("run; check: test -f /opt/cni/bin/y", "touch /opt/cni/bin/x"),
             false,
         ),
         (
             "placeholder given",
-            "<!-- docs-test: run; <word>=fine -->\n```sh\necho <word>\n```\n",
+            under("run; <word>=fine", "echo <word>"),
             true,
         ),
-        ("placeholder left", "```sh\necho <word>\n```\n", false),
+        ("placeholder left", sh("echo <word>"), false),
         (
             "skip with a reason",
-            "<!-- docs-test: skip: needs a cluster -->\n```sh\nkubectl get pods\n```\n",
+            under("skip: needs a cluster", "kubectl get pods"),
             true,
         ),
         (
             "skip without a reason",
-            "<!-- docs-test: skip -->\n```sh\nkubectl get pods\n```\n",
+            under("skip", "kubectl get pods"),
             false,
         ),
-        ("unlabelled block", "```\nls\n```\n", false),
-        ("text block", "```text\nnot run: no-such-command\n```\n", true),
+        ("unlabelled block", "```\nls\n```\n".to_string(), false),
+        (
+            "text block",
+            "```text\nnot run: no-such-command\n```\n".to_string(),
+            true,
+        ),
         (
             "syntax error in a skipped block",
-            "<!-- docs-test: skip: needs a cluster -->\n```sh\nif then fi\n```\n",
+            under("skip: needs a cluster", "if then fi"),
             false,
         ),
         (
             "missing script in a skipped block",
-            "<!-- docs-test: skip: long -->\n```sh\nscripts/no-such-script.sh --x\n```\n",
+            under("skip: long", "scripts/no-such-script.sh --x"),
             false,
         ),
     ];

@@ -8,6 +8,7 @@
 mod common;
 
 use common::emuhost::EmuOptions;
+use common::fixture::{assert_has_all, assert_no_state, vfio_lab};
 use common::lab::{bin, Lab};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -102,6 +103,21 @@ impl HostRoot {
         std::fs::create_dir_all(at.parent().unwrap()).unwrap();
         std::fs::write(at, text).unwrap();
     }
+}
+
+/// `lab` and a host root mirroring it ([`HostRoot::new`]); the root goes first on drop.
+fn with_root(lab: Lab) -> (Lab, HostRoot) {
+    let h = HostRoot::new(&lab);
+    (lab, h)
+}
+
+/// Runs the binary under test with `args` on this machine (no emulated host) and waits
+/// for it. Panics when it cannot be started.
+fn run_bin(args: &[&str]) -> Output {
+    std::process::Command::new(bin())
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// Runs `ib-sriov doctor --host-root H --state-dir <stateDir> [extra]` in the emulated
@@ -224,18 +240,27 @@ fn check_golden_with(lab: &Lab, h: &HostRoot, name: &str, extra: &[&str]) -> (Va
     (j, out.status.code().unwrap())
 }
 
+/// The findings of `j` (doctor's `--json`) whose code is one of `codes`.
+fn findings<'a>(j: &'a Value, codes: &[&str]) -> Vec<&'a Value> {
+    j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| codes.iter().any(|c| f["code"] == *c))
+        .collect()
+}
+
+/// The string fields `a` and `b` of finding `f`, separated by a space.
+fn two_fields(f: &Value, a: &str, b: &str) -> String {
+    format!("{} {}", f[a].as_str().unwrap(), f[b].as_str().unwrap())
+}
+
 fn codes(j: &Value) -> Vec<String> {
     j["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| {
-            format!(
-                "{} {}",
-                f["severity"].as_str().unwrap(),
-                f["code"].as_str().unwrap()
-            )
-        })
+        .map(|f| two_fields(f, "severity", "code"))
         .collect()
 }
 
@@ -243,11 +268,7 @@ fn codes(j: &Value) -> Vec<String> {
 /// GUIDs and policies from the MLNX_OFED files, no holder, no finding; exit 0.
 #[test]
 fn doctor_on_an_idle_node() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..EmuOptions::default()
-    });
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(vfio_lab(3));
     let (j, rc) = check_golden(&lab, &h, "idle");
     assert_eq!(rc, 0, "{j}");
     assert_eq!(j["vfs"].as_array().unwrap().len(), 4);
@@ -266,8 +287,7 @@ fn doctor_on_an_idle_node() {
 /// doctor changed nothing (journals and host as before); exit 0 (a warning only).
 #[test]
 fn doctor_on_a_node_with_attachments() {
-    let lab = Lab::default();
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(Lab::default());
     let pod = lab.host.new_pod();
     let pod_gone = lab.host.new_pod();
     lab.add("live", &pod, &lab.conf("1.0.0", 0)).expect_ok();
@@ -318,8 +338,7 @@ fn doctor_on_a_node_with_attachments() {
 /// args and pkey (cnitool-like, VF 2). The journal records the same facts.
 #[test]
 fn doctor_per_attachment_view() {
-    let lab = Lab::default();
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(Lab::default());
     let pod = lab.host.new_pod();
     let args = |ns: &str, name: &str, uid: &str| {
         format!("IgnoreUnknown=true;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID=sb;K8S_POD_UID={uid}")
@@ -405,11 +424,7 @@ fn doctor_per_attachment_view() {
 /// files give findings, not a crash; exit 1.
 #[test]
 fn doctor_reports_each_finding_and_survives_hostile_files() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..EmuOptions::default()
-    });
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(vfio_lab(3));
     let pod = lab.host.new_pod();
     lab.add("twice", &pod, &lab.conf("1.0.0", 0)).expect_ok();
     // Held twice: a Go cache file for the same VF 0 (the fixture's VF 0).
@@ -522,12 +537,11 @@ fn doctor_reports_each_finding_and_survives_hostile_files() {
 /// - `guids-invalid`: an invalid file: one error naming the file and the entry.
 #[test]
 fn doctor_shows_the_guid_each_vf_without_one_would_get() {
-    let lab = Lab::new(EmuOptions {
+    let (lab, h) = with_root(Lab::new(EmuOptions {
         vfio: vec![3],
         zero_guids: true,
         ..EmuOptions::default()
-    });
-    let h = HostRoot::new(&lab);
+    }));
     let file = h.path().join("etc/sriov-operator/infiniband/guids");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(
@@ -612,12 +626,7 @@ fn doctor_shows_the_guid_each_vf_without_one_would_get() {
     let (j, rc) = check_golden(&lab, &h, "guids-invalid");
     assert_eq!(rc, 1);
     assert_eq!(j["guidFile"]["state"], "invalid");
-    let f: Vec<&Value> = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["code"] == "guid-file-invalid")
-        .collect();
+    let f: Vec<&Value> = findings(&j, &["guid-file-invalid"]);
     assert_eq!(f.len(), 1, "{j}");
     assert_eq!(f[0]["subject"], "/etc/sriov-operator/infiniband/guids");
     assert!(
@@ -638,8 +647,7 @@ fn doctor_shows_the_guid_each_vf_without_one_would_get() {
 /// golden file `conf-table.txt`.
 #[test]
 fn doctor_conf_and_add_agree_on_broken_configurations() {
-    let lab = Lab::default();
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(Lab::default());
     let pod = lab.host.new_pod();
     let vf = lab.host.vf(1).addr.clone();
     let base = || {
@@ -680,47 +688,32 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     std::os::unix::fs::symlink("/etc", planted.path().join("out")).unwrap();
     mirror(h.path(), &planted.path().join("out"), Path::new("/etc"));
     let rows: Vec<(&str, Value)> = vec![
-        ("link_state typo", {
-            let mut c = base();
-            c["link_stat"] = json!("enable");
-            c
-        }),
-        ("rdmaIsolation typo", {
-            let mut c = base();
-            c["rdmaIsolaton"] = json!(true);
-            c
-        }),
-        ("ipam subnet typo", {
-            let mut c = base();
-            c["ipam"] =
-                json!({"type": "ib-sriov-ipam", "subnt": "10.56.217.0/24", "dataDir": lab.data});
-            c
-        }),
-        ("device that does not exist", {
-            let mut c = base();
-            c["deviceID"] = json!("0000:af:0f.7");
-            c
-        }),
-        ("vfioPciMode on a netdev VF", {
-            let mut c = base();
-            c["vfioPciMode"] = json!(true);
-            c
-        }),
-        ("pkey out of range", {
-            let mut c = base();
-            c["pkey"] = json!("0x1ffff");
-            c
-        }),
-        ("delegated IPAM that is not installed (a typo)", {
-            let mut c = base();
-            c["ipam"] = json!({"type": "whereabout", "range": "10.56.217.0/24"});
-            c
-        }),
-        ("dhcp IPAM", {
-            let mut c = base();
-            c["ipam"] = json!({"type": "dhcp"});
-            c
-        }),
+        ("link_state typo", with(&[("link_stat", json!("enable"))])),
+        ("rdmaIsolation typo", with(&[("rdmaIsolaton", json!(true))])),
+        (
+            "ipam subnet typo",
+            with(&[(
+                "ipam",
+                json!({"type": "ib-sriov-ipam", "subnt": "10.56.217.0/24", "dataDir": lab.data}),
+            )]),
+        ),
+        (
+            "device that does not exist",
+            with(&[("deviceID", json!("0000:af:0f.7"))]),
+        ),
+        (
+            "vfioPciMode on a netdev VF",
+            with(&[("vfioPciMode", json!(true))]),
+        ),
+        ("pkey out of range", with(&[("pkey", json!("0x1ffff"))])),
+        (
+            "delegated IPAM that is not installed (a typo)",
+            with(&[(
+                "ipam",
+                json!({"type": "whereabout", "range": "10.56.217.0/24"}),
+            )]),
+        ),
+        ("dhcp IPAM", with(&[("ipam", json!({"type": "dhcp"}))])),
         ("ipam range outside its subnet", {
             let mut c = base();
             c["ipam"]["rangeStart"] = json!("10.99.0.10");
@@ -729,11 +722,10 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         // The node policy (src/policy.rs): a path outside the roots, a link planted in an
         // allowed root that leads out (in both views: the machine and the host root),
         // and a logFile outside them (a warning, not a refusal).
-        ("stateDir outside the node policy", {
-            let mut c = base();
-            c["stateDir"] = json!("/etc/ib-sriov-doctor-probe");
-            c
-        }),
+        (
+            "stateDir outside the node policy",
+            with(&[("stateDir", json!("/etc/ib-sriov-doctor-probe"))]),
+        ),
         ("ipam.dataDir through a link out of an allowed root", {
             let mut c = base();
             c["ipam"]["dataDir"] = json!(planted.path().join("out/ipam"));
@@ -788,11 +780,10 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
                 ("stateDir", json!("/etc/ib-sriov-doctor-probe")),
             ]),
         ),
-        ("logFile outside the node policy", {
-            let mut c = base();
-            c["logFile"] = json!("/etc/ib-sriov-doctor-probe.log");
-            c
-        }),
+        (
+            "logFile outside the node policy",
+            with(&[("logFile", json!("/etc/ib-sriov-doctor-probe.log"))]),
+        ),
         // The GUID rule, on VF 2 whose GUID is all-zero (in this order: the last row
         // gives it the derived GUID, which it keeps).
         ("VF without a GUID, malformed guidFile", {
@@ -845,18 +836,9 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         };
         let (doc_text, add_text) = (sys_text(&doc_text), sys_text(&add_text));
         assert_eq!(doc_text, add_text, "{name}: doctor and ADD disagree");
-        let warnings: Vec<String> = j["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["code"] == "conf-unknown-key" || f["code"] == "conf-warning")
-            .map(|f| {
-                format!(
-                    "{} {}",
-                    f["code"].as_str().unwrap(),
-                    f["message"].as_str().unwrap()
-                )
-            })
+        let warnings: Vec<String> = findings(&j, &["conf-unknown-key", "conf-warning"])
+            .into_iter()
+            .map(|f| two_fields(f, "code", "message"))
             .collect();
         for w in &warnings {
             let words = w.split_once(": ").unwrap().1;
@@ -869,11 +851,8 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         }
         table.push_str(&format!("{name}\n  ADD and doctor: {add_text}\n"));
         // The errors after ADD's answer: one conf-invalid finding each.
-        let errors: Vec<String> = j["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["code"] == "conf-invalid")
+        let errors: Vec<String> = findings(&j, &["conf-invalid"])
+            .into_iter()
             .map(|f| {
                 let m = f["message"].as_str().unwrap();
                 sys_text(m.split_once(": ").unwrap().1)
@@ -902,11 +881,7 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         o.remove("cniVersion");
         json!({"cniVersion": "1.0.0", "name": "ibnet", "plugins": [e, {"type": "rdma"}]})
     };
-    let isolated = || {
-        let mut c = base();
-        c["rdmaIsolation"] = json!(true);
-        c
-    };
+    let isolated = || with(&[("rdmaIsolation", json!(true))]);
     let machine_node_file: Value =
         serde_json::from_slice(&std::fs::read("/etc/ib-sriov/node.json").unwrap()).unwrap();
     let mut with_default = machine_node_file.clone();
@@ -936,11 +911,7 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         ),
         (
             "rdma chained after ib-sriov, rdmaIsolation false beats the node default",
-            chain({
-                let mut c = base();
-                c["rdmaIsolation"] = json!(false);
-                c
-            }),
+            chain(with(&[("rdmaIsolation", json!(false))])),
             Some(&with_default),
         ),
     ];
@@ -1024,21 +995,18 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
         .replace(&lab.data.display().to_string(), "<DATA>")
         .replace(&lab.host.root().display().to_string(), "<EMU>");
     golden("conf-table.txt", &table);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 /// `ib-sriov --help` names the doctor (issue 30: an admin finds it from the binary).
 #[test]
 fn help_lists_doctor() {
-    let out = std::process::Command::new(bin())
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = run_bin(&["--help"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("ib-sriov doctor [--json] [--conf FILE]") && text.contains("read-only"),
-        "{text}"
+    assert_has_all(
+        &text,
+        &["ib-sriov doctor [--json] [--conf FILE]", "read-only"],
     );
 }
 
@@ -1047,8 +1015,7 @@ fn help_lists_doctor() {
 /// DEL, or here a hand `rm`) is `undone-by-go`; one with its file is neither.
 #[test]
 fn doctor_reports_rollback_readiness() {
-    let lab = Lab::default();
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(Lab::default());
     let (p0, p1, p2) = (lab.host.new_pod(), lab.host.new_pod(), lab.host.new_pod());
     let mut no_file = lab.conf("1.0.0", 0);
     no_file["goCacheDir"] = json!("");
@@ -1060,11 +1027,8 @@ fn doctor_reports_rollback_readiness() {
     let out = doctor(&lab, &h, &["--json"]);
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let find = |code: &str| -> Vec<String> {
-        j["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["code"] == code)
+        findings(&j, &[code])
+            .into_iter()
             .map(|f| f["subject"].as_str().unwrap().to_string())
             .collect()
     };
@@ -1085,35 +1049,24 @@ fn doctor_reports_rollback_readiness() {
 /// a root with no SR-IOV PF says plainly that there was nothing to check.
 #[test]
 fn doctor_refuses_a_missing_host_root_and_says_when_there_is_nothing_to_check() {
-    let out = std::process::Command::new(bin())
-        .args(["doctor", "--host-root", "/nonexistent-ib-sriov-host-root"])
-        .output()
-        .unwrap();
+    let out = run_bin(&["doctor", "--host-root", "/nonexistent-ib-sriov-host-root"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent-ib-sriov-host-root"),
         "{out:?}"
     );
     let empty = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin())
-        .args(["doctor", "--host-root"])
-        .arg(empty.path())
-        .output()
-        .unwrap();
+    let out = run_bin(&["doctor", "--host-root", empty.path().to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(
-        text.contains("info    nothing-to-check") && text.contains(": nothing to check"),
-        "{text}"
-    );
+    assert_has_all(&text, &["info    nothing-to-check", ": nothing to check"]);
 }
 
 /// `--conf` looks a delegated IPAM plugin up as ADD does in `CNI_PATH`: in `/opt/cni/bin`
 /// under the host root by default, or in `--cni-path` (under the host root too).
 #[test]
 fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
-    let lab = Lab::default();
-    let h = HostRoot::new(&lab);
+    let (lab, h) = with_root(Lab::default());
     mirror(
         h.path(),
         Path::new("/usr/lib/cni"),
@@ -1192,8 +1145,7 @@ fn libcni_cache(cid: &str, conf: &Value) -> String {
 ///   with the rebind.
 #[test]
 fn doctor_never_advises_harm_to_a_vf_held_elsewhere() {
-    let lab = Lab::default();
-    let mut h = HostRoot::new(&lab);
+    let (lab, mut h) = with_root(Lab::default());
     let dir = |tag: &str| PathBuf::from(format!("{}-{tag}", lab.state.display()));
     let (netd, multus, nad, hidden) = (dir("netd"), dir("multus"), dir("nad"), dir("hidden"));
     for d in [&netd, &multus, &nad] {
@@ -1261,12 +1213,7 @@ fn doctor_never_advises_harm_to_a_vf_held_elsewhere() {
     lab.host.host_ip(&["link", "del", &peer]);
     lab.host.sync_netdevs().unwrap();
     let (j, _) = check_golden(&lab, &h, "harm-holder-unknown");
-    let unknown: Vec<&Value> = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["code"] == "holder-unknown")
-        .collect();
+    let unknown: Vec<&Value> = findings(&j, &["holder-unknown"]);
     let subjects: Vec<&str> = unknown
         .iter()
         .map(|f| f["subject"].as_str().unwrap())
@@ -1293,12 +1240,7 @@ fn doctor_never_advises_harm_to_a_vf_held_elsewhere() {
     std::fs::remove_file(h.path().join("var/lib/cni/results/ibnet-c0-net1")).unwrap();
     lab.host.sync_netdevs().unwrap();
     let (j, _) = check_golden(&lab, &h, "harm-accounted");
-    let missing: Vec<&Value> = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["code"] == "netdev-missing" || f["code"] == "holder-unknown")
-        .collect();
+    let missing: Vec<&Value> = findings(&j, &["netdev-missing", "holder-unknown"]);
     assert_eq!(missing.len(), 1, "{j}");
     assert_eq!(missing[0]["code"], "netdev-missing");
     assert_eq!(missing[0]["subject"], lab.host.vf(2).addr.as_str());
@@ -1321,26 +1263,20 @@ fn doctor_never_advises_harm_to_a_vf_held_elsewhere() {
 /// `--state-dir` is repeatable and must be absolute.
 #[test]
 fn doctor_takes_state_dir_more_than_once_and_refuses_a_relative_one() {
-    let out = std::process::Command::new(bin())
-        .args(["doctor", "--state-dir", "run/ib-sriov"])
-        .output()
-        .unwrap();
+    let out = run_bin(&["doctor", "--state-dir", "run/ib-sriov"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an absolute path"));
     let empty = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin())
-        .args([
-            "doctor",
-            "--json",
-            "--state-dir",
-            "/run/a",
-            "--state-dir",
-            "/run/b",
-            "--host-root",
-        ])
-        .arg(empty.path())
-        .output()
-        .unwrap();
+    let out = run_bin(&[
+        "doctor",
+        "--json",
+        "--state-dir",
+        "/run/a",
+        "--state-dir",
+        "/run/b",
+        "--host-root",
+        empty.path().to_str().unwrap(),
+    ]);
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let dirs: Vec<(&str, &str)> = j["holderSources"]
         .as_array()

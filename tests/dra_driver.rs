@@ -24,6 +24,7 @@
 mod common;
 
 use common::emuhost::{EmuOptions, Pod, PF_BDF, PF_PORT_GUID};
+use common::exec::Outcome;
 use common::lab::Lab;
 use common::libcni::dra_standin;
 use serde_json::{json, Value};
@@ -42,29 +43,15 @@ struct Dra {
     scratch: tempfile::TempDir,
 }
 
-/// One run of the stand-in.
-#[derive(Debug)]
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
+/// A run of the stand-in ([`Dra::run`]) that must succeed.
+impl Outcome {
     #[track_caller]
-    fn ok(self) -> Out {
-        assert!(
-            self.ok,
-            "dra-standin failed:\nstdout: {}\nstderr: {}",
-            self.stdout, self.stderr
-        );
-        self
+    fn ok(self) -> Outcome {
+        self.succeeded("dra-standin")
     }
     #[track_caller]
     fn json(self) -> Value {
-        let o = self.ok();
-        serde_json::from_str(&o.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", o.stdout))
+        self.json_of("dra-standin")
     }
 }
 
@@ -123,7 +110,13 @@ impl Dra {
     /// Runs the stand-in in the host netns as the driver's NRI hook would:
     /// `<cmd> <nad> <vf> <netns> <sandbox> <ifname> <pod namespace> <pod name> <uid>`.
     /// `at` is (VF index, netns path, sandbox ID, ifname).
-    fn run(&self, cmd: &str, nad: &Path, at: (u32, &str, &str, &str), env: &[(&str, &str)]) -> Out {
+    fn run(
+        &self,
+        cmd: &str,
+        nad: &Path,
+        at: (u32, &str, &str, &str),
+        env: &[(&str, &str)],
+    ) -> Outcome {
         let (vf, netns, sandbox, ifname) = at;
         let prog = dra_standin().to_str().unwrap();
         let cni_path = common::lab::bin().parent().unwrap().to_str().unwrap();
@@ -149,12 +142,23 @@ impl Dra {
             ("LIBCNI_CACHE_DIR", cache),
         ];
         e.extend_from_slice(env);
-        let o = common::emuhost::exec_in_netns(&self.lab.host.host_netns_path(), &args, &e, None);
-        Out {
-            ok: o.status.success(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        common::emuhost::exec_in_netns(&self.lab.host.host_netns_path(), &args, &e, None).into()
+    }
+
+    /// ADDs VF 0 as `net1` of `sandbox` in a new pod with the default NAD, checks the
+    /// network device data it returns (`what` names the call), then deletes the pod's
+    /// netns as a dying pod would. Returns the NAD and the netns path.
+    #[track_caller]
+    fn add_then_lose_the_pod(&self, sandbox: &str, what: &str) -> (PathBuf, String) {
+        let pod = self.lab.host.new_pod();
+        let nad = self.nad(json!({}));
+        let a = self
+            .run("add", &nad, (0, pod.netns(), sandbox, "net1"), &[])
+            .json();
+        check_network_device_data(self, what, &a, &pod, "net1", "ibnet");
+        let netns = pod.netns().to_string();
+        pod.delete().unwrap();
+        (nad, netns)
     }
 
     /// libcni's cached result of `sandbox`/`ifname` on network `net`.
@@ -311,14 +315,7 @@ fn add_del_del_with_the_vfs_own_guid_two_claimed_vfs() {
 fn del_after_the_pod_netns_died() {
     let dra = Dra::new(EmuOptions::default());
     let before = dra.lab.host.snapshot();
-    let pod = dra.lab.host.new_pod();
-    let nad = dra.nad(json!({}));
-    let a = dra
-        .run("add", &nad, (0, pod.netns(), "sb-dead", "net1"), &[])
-        .json();
-    check_network_device_data(&dra, "netns-died ADD", &a, &pod, "net1", "ibnet");
-    let netns = pod.netns().to_string();
-    pod.delete().unwrap();
+    let (nad, netns) = dra.add_then_lose_the_pod("sb-dead", "netns-died ADD");
     dra.lab
         .host
         .return_destroyed_vf_netdev(0, "net1", &before)
@@ -343,16 +340,9 @@ fn del_after_a_reboot() {
     let dra = Dra::new(EmuOptions::default());
     let before = dra.lab.host.snapshot();
     let orig = dra.lab.host.vf(0).netdev.clone().unwrap();
-    let pod = dra.lab.host.new_pod();
-    let nad = dra.nad(json!({}));
-    let a = dra
-        .run("add", &nad, (0, pod.netns(), "sb-boot", "net1"), &[])
-        .json();
-    check_network_device_data(&dra, "reboot ADD", &a, &pod, "net1", "ibnet");
-    let netns = pod.netns().to_string();
     // The reboot: the pod netns is gone, the VF netdev is the driver's new one, under
     // its udev name.
-    pod.delete().unwrap();
+    let (nad, netns) = dra.add_then_lose_the_pod("sb-boot", "reboot ADD");
     dra.lab
         .host
         .return_destroyed_vf_netdev(0, &orig, &before)

@@ -12,6 +12,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// Options for a host of `n` netdev VFs, otherwise the defaults.
+fn vfs(n: u32) -> EmuOptions {
+    EmuOptions {
+        vfs: n,
+        ..Default::default()
+    }
+}
+
 fn pci(s: &str) -> PciAddress {
     s.parse().unwrap()
 }
@@ -115,10 +123,7 @@ fn discovery_rejects_the_pf_the_root_port_and_unknown_addresses() {
 
 #[test]
 fn vf_addresses_cross_a_device_boundary_like_the_hardware() {
-    let host = EmuHost::build(EmuOptions {
-        vfs: 8,
-        ..Default::default()
-    });
+    let host = EmuHost::build(vfs(8));
     assert_eq!(host.vf(5).addr, "0000:af:00.7");
     assert_eq!(host.vf(6).addr, "0000:af:01.0");
     let d = Sysfs::new(host.root())
@@ -131,9 +136,8 @@ fn vf_addresses_cross_a_device_boundary_like_the_hardware() {
 #[test]
 fn without_ofed_there_are_no_sriov_files() {
     let host = EmuHost::build(EmuOptions {
-        vfs: 1,
         ofed: false,
-        ..Default::default()
+        ..vfs(1)
     });
     let sysfs = Sysfs::new(host.root());
     assert_eq!(host.vf(0).ofed_dir, None);
@@ -150,9 +154,8 @@ fn without_ofed_there_are_no_sriov_files() {
 #[test]
 fn zero_guids_option() {
     let host = EmuHost::build(EmuOptions {
-        vfs: 1,
         zero_guids: true,
-        ..Default::default()
+        ..vfs(1)
     });
     let g = Sysfs::new(host.root())
         .read_ofed_guid(pci(PF_BDF), VfIndex(0), GuidKind::Port)
@@ -247,10 +250,7 @@ fn a_vf_moved_into_a_pod_and_back() {
 
 #[test]
 fn pods_are_deleted_on_drop_or_on_request() {
-    let host = EmuHost::build(EmuOptions {
-        vfs: 1,
-        ..Default::default()
-    });
+    let host = EmuHost::build(vfs(1));
     let pod = host.new_pod();
     let path = pod.path.clone();
     assert!(path.starts_with("/var/run/netns"));
@@ -269,10 +269,7 @@ fn pods_are_deleted_on_drop_or_on_request() {
 
 #[test]
 fn the_host_is_removed_on_drop() {
-    let host = EmuHost::build(EmuOptions {
-        vfs: 1,
-        ..Default::default()
-    });
+    let host = EmuHost::build(vfs(1));
     let root = host.root().to_path_buf();
     let ns = host.host_netns_path();
     assert!(root.join("bus/pci/devices").is_dir());
@@ -284,10 +281,7 @@ fn the_host_is_removed_on_drop() {
 
 #[test]
 fn run_plugin_gives_a_runtime_environment_inside_the_host_netns() {
-    let host = EmuHost::build(EmuOptions {
-        vfs: 1,
-        ..Default::default()
-    });
+    let host = EmuHost::build(vfs(1));
     let pod = host.new_pod();
     // /bin/sh reads its script from stdin: it reports its environment and netns.
     let script = "env | sort; echo ---; ip -o link show | cut -d: -f2";
@@ -343,16 +337,7 @@ fn run_plugin_gives_a_runtime_environment_inside_the_host_netns() {
 #[test]
 fn hosts_built_in_parallel_do_not_collide() {
     let hosts: Vec<EmuHost> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|_| {
-                s.spawn(|| {
-                    EmuHost::build(EmuOptions {
-                        vfs: 2,
-                        ..Default::default()
-                    })
-                })
-            })
-            .collect();
+        let hs: Vec<_> = (0..3).map(|_| s.spawn(|| EmuHost::build(vfs(2)))).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut names: Vec<&str> = hosts.iter().map(|h| h.host_netns()).collect();
@@ -367,9 +352,8 @@ fn hosts_built_in_parallel_do_not_collide() {
 #[test]
 fn attach_reads_back_a_kept_host() {
     let mut host = EmuHost::build(EmuOptions {
-        vfs: 2,
         vfio: vec![0],
-        ..Default::default()
+        ..vfs(2)
     });
     host.keep();
     let mut again = EmuHost::attach(host.root()).unwrap();

@@ -10,9 +10,10 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::{list, pod_addrs, Lab};
+use common::script::install_script;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const DEBIAN_CNI: &str = "/usr/lib/cni";
@@ -31,6 +32,16 @@ fn with_ipam(lab: &Lab, version: &str, vf: u32, ipam: Value) -> Value {
     let mut c = lab.conf(version, vf);
     c["ipam"] = ipam;
     c
+}
+
+/// Installs the stand-in delegate `name` (the shell script `script`) in the lab's
+/// `fake-cni-bin`: the network config (cniVersion 1.0.0, VF 0) whose IPAM is that
+/// delegate, and the CNI_PATH that finds it (then ours and Debian's).
+fn fake_delegate(lab: &Lab, name: &str, script: &str) -> (Value, String) {
+    let bin = lab.host.root().join("fake-cni-bin");
+    install_script(&bin, name, script);
+    let conf = with_ipam(lab, "1.0.0", 0, json!({ "type": name }));
+    (conf, format!("{}:{}", bin.display(), cni_path()))
 }
 
 fn host_local(lab: &Lab) -> (Value, PathBuf) {
@@ -170,19 +181,8 @@ fn add_failing_after_ipam_releases_the_delegates_allocation() {
         assert!(lab.journals().is_empty(), "{point}");
     }
     // Killed right after host-local allocated: the next DEL releases it.
-    let out = lab.host.run_plugin(
-        common::lab::bin(),
-        "ADD",
-        "f2",
-        pod.netns(),
-        "net1",
-        &conf.to_string(),
-        &[
-            ("CNI_PATH", &cni_path()),
-            ("IB_SRIOV_FAILPOINTS", "add.ipam=kill"),
-        ],
-    );
-    assert!(!out.status.success());
+    let killed = run(&lab, "ADD", "f2", pod.netns(), &conf, "add.ipam=kill");
+    assert!(!killed.ok);
     assert_eq!(held(&store).len(), 1, "allocated before the kill");
     run(&lab, "DEL", "f2", pod.netns(), &conf, "").expect_ok();
     assert!(held(&store).is_empty());
@@ -218,9 +218,7 @@ fn a_failing_delegate_rolls_back_and_passes_its_error_on() {
 /// refused with the reason.
 #[test]
 fn missing_delegate_and_dhcp_are_refused_up_front() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "no-such-ipam"}));
     let e = run(&lab, "ADD", "m1", pod.netns(), &conf, "").expect_code(7);
     assert!(
@@ -241,22 +239,15 @@ fn missing_delegate_and_dhcp_are_refused_up_front() {
 fn gc_and_status_are_forwarded() {
     let lab = Lab::default();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let log = lab.host.root().join("recorder.log");
-    let script = bin.join("recorder");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(&bin, "recorder", &format!(
             "#!/bin/sh\ninput=$(cat)\n\
              if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}}'; exit 0; fi\n\
              printf '%s %s\\n' \"$CNI_COMMAND\" \"$input\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = STATUS ] && [ -e {log}.down ]; then\n\
              echo '{{\"cniVersion\":\"1.1.0\",\"code\":50,\"msg\":\"pool service down\"}}'; exit 1; fi\n",
             log = log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     let mut conf = lab.conf("1.1.0", 0);
     conf.as_object_mut().unwrap().remove("deviceID");
     conf["ipam"] = json!({"type": "recorder", "pool": "p1"});
@@ -305,23 +296,18 @@ fn gc_and_status_are_forwarded() {
 /// and DEL), a delegate refusing its configuration (code 7).
 #[test]
 fn unusable_ipam_never_blocks_del() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     for (name, code) in [("refuse-version", 1), ("refuse-config", 7)] {
-        let script = bin.join(name);
-        std::fs::write(
-            &script,
-            format!(
+        install_script(
+            &bin,
+            name,
+            &format!(
                 "#!/bin/sh\ncat >/dev/null\n\
                  if [ \"$CNI_COMMAND\" = VERSION ]; then echo '{{\"cniVersion\":\"0.3.1\",\"supportedVersions\":[\"0.3.1\"]}}'; exit 0; fi\n\
                  echo '{{\"cniVersion\":\"0.3.1\",\"code\":{code},\"msg\":\"refused\"}}'; exit 1\n"
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
     }
     let path = format!("{}:{}", bin.display(), cni_path());
     let env = [("CNI_PATH", path.as_str())];
@@ -355,25 +341,17 @@ fn unusable_ipam_never_blocks_del() {
 /// DEL runs; DEL then succeeds (issue 9, item 10).
 #[test]
 fn a_delegate_result_without_ips_is_an_error() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
+    let (lab, before, pod) = fresh();
     let log = lab.host.root().join("noip.log");
-    let script = bin.join("noip");
-    std::fs::write(
-        &script,
-        format!(
+    let (conf, path) = fake_delegate(
+        &lab,
+        "noip",
+        &format!(
             "#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND\" >> {log}\n\
              if [ \"$CNI_COMMAND\" = ADD ]; then echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'; fi\n",
             log = log.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "noip"}));
-    let path = format!("{}:{}", bin.display(), cni_path());
+    );
     let env = [("CNI_PATH", path.as_str())];
     let e = lab
         .run("ADD", "n1", pod.netns(), &conf, &env)
@@ -392,21 +370,13 @@ fn a_delegate_result_without_ips_is_an_error() {
 /// plugin's result); the ADD is rolled back.
 #[test]
 fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let bin = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = bin.join("badresult");
-    std::fs::write(
-        &script,
+    let (lab, before, pod) = fresh();
+    let (conf, path) = fake_delegate(
+        &lab,
+        "badresult",
         "#!/bin/sh\ncat >/dev/null\n\
          if [ \"$CNI_COMMAND\" = ADD ]; then echo '{\"cniVersion\":\"1.0.0\",\"ips\":[{\"address\":\"nope\"}]}'; fi\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let conf = with_ipam(&lab, "1.0.0", 0, json!({"type": "badresult"}));
-    let path = format!("{}:{}", bin.display(), cni_path());
+    );
     let env = [("CNI_PATH", path.as_str())];
     let e = lab
         .run("ADD", "b1", pod.netns(), &conf, &env)
@@ -430,9 +400,7 @@ fn a_delegate_result_that_is_not_a_cni_result_names_the_plugin_not_prev_result()
 /// still name our attachment.
 #[test]
 fn builtin_ipam_and_host_local_share_a_store() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let range = json!({"subnet": "10.56.217.0/24", "rangeStart": "10.56.217.2",
                        "rangeEnd": "10.56.217.4", "dataDir": lab.data});
     let mut ours = lab.conf("1.0.0", 0);

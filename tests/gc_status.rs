@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::fixture::{assert_no_state, fresh, guid_and_link_state};
 use common::lab::{list, Lab};
 use serde_json::{json, Value};
 
@@ -36,9 +37,11 @@ fn gc_with_an_empty_list_releases_every_attachment() {
     let mut pods = Vec::new();
     for vf in [0, 1, 2] {
         let pod = lab.host.new_pod();
-        let mut conf = lab.conf("1.1.0", vf);
-        conf["runtimeConfig"]["infinibandGUID"] = json!(format!("02:00:00:00:00:00:66:0{vf}"));
-        conf["link_state"] = json!("enable");
+        let conf = guid_and_link_state(
+            lab.conf("1.1.0", vf),
+            &format!("02:00:00:00:00:00:66:0{vf}"),
+            "enable",
+        );
         lab.add(&format!("g{vf}"), &pod, &conf).expect_ok();
         pods.push(pod);
     }
@@ -85,19 +88,15 @@ fn gc_keeps_exactly_the_valid_attachments() {
 /// as in the pod); GC renames it back, restores GUID and link state, releases the IP.
 #[test]
 fn gc_of_an_attachment_whose_netns_is_gone() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.1.0", 2);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:55:55");
-    conf["link_state"] = json!("disable");
+    let (lab, before, pod) = fresh();
+    let conf = guid_and_link_state(lab.conf("1.1.0", 2), "02:00:00:00:00:00:55:55", "disable");
     lab.add("gone", &pod, &conf).expect_ok();
     pod.delete().unwrap();
     lab.host
         .return_destroyed_vf_netdev(2, "net1", &before)
         .unwrap();
     gc(&lab, &gc_conf(&lab, json!([]))).expect_ok();
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     lab.host.sync_netdevs().unwrap();
     assert_eq!(lab.host.snapshot(), before);
 }
@@ -106,9 +105,7 @@ fn gc_of_an_attachment_whose_netns_is_gone() {
 /// refuses a request without the list or below cniVersion 1.1.0.
 #[test]
 fn gc_scope_and_input_errors() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut other = lab.conf("1.1.0", 3);
     other["name"] = json!("othernet");
     lab.add("o1", &pod, &other).expect_ok();

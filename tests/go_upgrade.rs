@@ -61,13 +61,21 @@ fn upgrade_case(name: &str, check: impl Fn(&Lab)) {
     assert_eq!(lab.host.snapshot(), after, "second DEL changes nothing");
 }
 
+/// The check of a fixture whose DEL leaves `file` of the PCI driver `driver` reading
+/// `want` (what the emulated driver last bound or unbound; "" when nothing).
+fn driver_file(driver: &str, file: &str, want: &str) -> impl Fn(&Lab) {
+    let (driver, file, want) = (driver.to_string(), file.to_string(), want.to_string());
+    move |lab| assert_eq!(lab.driver_file(&driver, &file), want, "{driver}/{file}")
+}
+
 /// (a) GUID from runtimeConfig, host-local: netdev back down under its name; node and
 /// port GUID set to HostIFGUID (the old port GUID: Go sets both), driver rebound.
 #[test]
 fn go_attached_with_guid_and_host_local() {
-    upgrade_case("a-guid-hostlocal", |lab| {
-        assert_eq!(lab.driver_file("mlx5_core", "bind"), "0000:af:00.2");
-    });
+    upgrade_case(
+        "a-guid-hostlocal",
+        driver_file("mlx5_core", "bind", "0000:af:00.2"),
+    );
 }
 
 /// (f) pod (a) as the v1.2.1 release wrote it (struct key order, no vfioPciMode).
@@ -79,9 +87,7 @@ fn go_v1_2_1_cache() {
 /// (b) no GUID: netdev back, no GUID write, no rebind.
 #[test]
 fn go_attached_without_guid() {
-    upgrade_case("b-noguid-hostlocal", |lab| {
-        assert_eq!(lab.driver_file("mlx5_core", "bind"), "");
-    });
+    upgrade_case("b-noguid-hostlocal", driver_file("mlx5_core", "bind", ""));
 }
 
 /// (c) link_state enable: set back to auto (Follow), whatever it was before ADD.
@@ -96,9 +102,7 @@ fn go_attached_with_link_state() {
 /// HostIFGUID in vfio mode); no rebind.
 #[test]
 fn go_attached_vfio() {
-    upgrade_case("d-vfio", |lab| {
-        assert_eq!(lab.driver_file("vfio-pci", "unbind"), "");
-    });
+    upgrade_case("d-vfio", driver_file("vfio-pci", "unbind", ""));
 }
 
 /// Every fixture, current and legacy (v1.2.1) format, parses; a corrupt cache is named

@@ -6,6 +6,9 @@
 mod common;
 
 use common::emuhost::Pod;
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, del_sparing, fresh, squat,
+};
 use common::lab::{bin, pod_addrs, Lab, Run};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -51,7 +54,7 @@ fn a_pod_cannot_push_its_own_device_into_the_host() {
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), before, "the VF, and only it, is back");
     assert_eq!(sorted(pod.links()), ["evil", "lo", "net1"]);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     // A later ADD on that VF gets the VF, not the pod's veth.
     let pod2 = lab.host.new_pod();
     let r = lab.add("c2", &pod2, &conf).expect_ok();
@@ -105,8 +108,7 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     assert!(lab.host.snapshot().link("net1").is_none());
     let out = third.exec(&["ip", "link", "set", "net1", "netns", &pod.name]);
     assert!(out.status.success(), "{out:?}");
-    lab.del_restores("h2", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "h2", pod.netns(), &conf, &before);
 
     // The VF renamed away and its address copied onto a new veth named net1: the copy
     // lacks the VF's ifindex, so DEL returns the VF and leaves the copy.
@@ -123,17 +125,14 @@ fn hostile_pod_renames_moves_and_copies_the_vf() {
     );
     lab.del("h3", pod.netns(), &conf).expect_ok();
     assert_eq!(sorted(pod.links()), ["lo", "net1", "y1"]);
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 /// Finding 2: without a journal DEL moves nothing, whatever CNI_IFNAME names: the
 /// pod's own net1 after a refused ADD, the pod's eth0, lo.
 #[test]
 fn del_without_a_journal_moves_no_device() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     pod_ok(
         &pod,
         &[
@@ -148,8 +147,7 @@ fn del_without_a_journal_moves_no_device() {
         }
     }
     assert_eq!(sorted(pod.links()), ["eth0", "lo", "net1"]);
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 /// Finding 3: `(pod-x, net1)` and `(pod, x-net1)` have distinct journals: DEL of one
@@ -204,8 +202,7 @@ fn journal_names_do_not_collide() {
         &lab.conf("1.0.0", 0),
     )
     .expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 /// Finding 5: the device-info path. A directory there, or a file the plugin did not
@@ -214,9 +211,7 @@ fn journal_names_do_not_collide() {
 /// leaves it.
 #[test]
 fn device_info_path_is_never_overwritten_or_removed_when_not_ours() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let dir = lab.host.root().join("devinfo");
     std::fs::create_dir_all(dir.join("a-directory")).unwrap();
     std::fs::write(dir.join("foreign.json"), "not mine").unwrap();
@@ -268,26 +263,11 @@ fn device_info_path_is_never_overwritten_or_removed_when_not_ours() {
 /// not touch the device that took the name.
 #[test]
 fn original_name_taken_in_the_host_returns_the_vf_under_the_fallback_name() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, _, pod, conf) = Lab::attached(0);
     lab.host.sync_netdevs().unwrap();
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    host_ok(
-        &lab,
-        &[
-            "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
-        ],
-    );
-    let squatter = lab.host.snapshot().link(&orig).unwrap().clone();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    let after = lab.host.snapshot();
-    assert_eq!(
-        after.link(&orig),
-        Some(&squatter),
-        "the squatter is untouched"
-    );
+    let squatter = squat(&lab, &orig);
+    let after = del_sparing(&lab, "c1", pod.netns(), &conf, &squatter);
     let back = after
         .links
         .iter()
@@ -297,7 +277,7 @@ fn original_name_taken_in_the_host_returns_the_vf_under_the_fallback_name() {
     assert_eq!(pod.links(), ["lo"]);
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), after, "a second DEL changes nothing");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 /// The kernel lists a VF's netdev under `<VF>/net/<name>/` with its ifindex. Between
@@ -344,7 +324,7 @@ fn add_moves_the_listed_ifindex_not_the_link_that_took_the_listed_name() {
     );
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(pod.links(), ["lo"]);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 /// Finding 6 (second part) and 7: a repeated ADD of a live attachment, with bad input or
@@ -373,8 +353,7 @@ fn del_with_empty_netns_while_the_pod_lives_returns_the_vf() {
     let (lab, before, pod, conf) = Lab::attached(0);
     lab.del("c1", "", &conf).expect_ok();
     assert_eq!(pod.links(), ["lo"]);
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 /// A netns path re-used by another namespace is not the pod's: DEL does not act in it.
@@ -431,8 +410,7 @@ fn a_vf_returned_late_is_not_lost() {
     assert!(!r.stderr.contains("recovery rebind"), "{}", r.stderr);
     r.expect_ok();
     lab.host.sync_netdevs().unwrap();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 /// Finding 10: an unreadable journal makes DEL fail without releasing the IP still on
@@ -453,8 +431,7 @@ fn an_unreadable_journal_holds_its_vf_and_its_ip() {
     let pod2 = lab.host.new_pod();
     lab.add("c2", &pod2, &conf).expect_code(101);
     std::fs::write(&path, good).unwrap();
-    lab.del_restores("c1", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "c1", pod.netns(), &conf, &before);
 }
 
 /// The hostile pod's last move: its netns deleted while DEL runs. Whatever DEL saw, the
@@ -491,7 +468,7 @@ fn pod_netns_deleted_while_del_runs() {
             lab.del(&cid, pod.netns(), &conf).expect_ok();
         }
         assert_eq!(lab.host.snapshot(), before, "round {round}");
-        assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+        assert_no_state(&lab);
         // The emulated sysfs does not follow renames by itself (emuhost docs).
         lab.host.sync_netdevs().unwrap();
     }
@@ -501,9 +478,7 @@ fn pod_netns_deleted_while_del_runs() {
 /// that attachment's DEL (VF restored, its IP released) and takes the VF.
 #[test]
 fn the_next_add_finishes_a_dead_holder() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 0);
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:77");
     lab.add("old", &pod, &conf).expect_ok();
@@ -520,8 +495,7 @@ fn the_next_add_finishes_a_dead_holder() {
     // The old attachment's late DEL finds nothing to do and does not touch the VF.
     lab.del("old", pod.netns(), &conf).expect_ok();
     assert!(pod2.links().contains(&"net1".to_string()));
-    lab.del_restores("new", pod2.netns(), &conf2, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "new", pod2.netns(), &conf2, &before);
 }
 
 /// Finding 13: container IDs up to the accepted 255 bytes work end to end (the journal

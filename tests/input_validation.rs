@@ -10,6 +10,7 @@
 mod common;
 
 use common::emuhost::HostSnapshot;
+use common::fixture::{assert_no_state, assert_pristine, fresh};
 use common::lab::{bin, list, Lab, Run};
 use serde_json::{json, Value};
 use std::ffi::OsStr;
@@ -182,9 +183,10 @@ fn run_bounded(
     conf: &Value,
     extra: &[(&str, &str)],
 ) -> Run {
+    let stdin = conf.to_string();
     let child = lab
         .host
-        .spawn_plugin(bin(), verb, cid, netns, "net1", &conf.to_string(), extra);
+        .spawn_plugin(bin(), verb, cid, netns, "net1", &stdin, extra);
     Run::from(output_bounded(child, RUN_LIMIT, verb))
 }
 
@@ -216,9 +218,7 @@ fn cni_bin_dir(lab: &Lab) -> PathBuf {
 /// another name (same `(st_dev, st_ino)` as `/proc/self/exe`).
 #[test]
 fn own_type_and_links_to_the_plugin_as_ipam_are_refused_before_anything() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     for verb in ["ADD", "CHECK", "STATUS"] {
         let mut c = conf_for(&lab, verb);
         c["ipam"] = json!({"type": "ib-sriov"});
@@ -256,9 +256,7 @@ fn own_type_and_links_to_the_plugin_as_ipam_are_refused_before_anything() {
 /// back, and a wrapper that counts its starts is started exactly once.
 #[test]
 fn a_copy_of_the_plugin_as_ipam_fails_fast_and_runs_once() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let dir = cni_bin_dir(&lab);
     let copy = dir.join("loop-ipam");
     std::fs::copy(bin(), &copy).unwrap();
@@ -333,9 +331,7 @@ fn a_copy_of_the_plugin_as_ipam_fails_fast_and_runs_once() {
 /// calling attachment's journal).
 #[test]
 fn started_as_its_own_delegate_it_refuses_every_command_but_version_and_del() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     for verb in VERBS {
         let mut env = cni_env(&lab, verb, "deleg", pod.netns());
         env.push(("IB_SRIOV_DELEGATED", OsStr::new("1")));
@@ -381,9 +377,7 @@ fn started_as_its_own_delegate_it_refuses_every_command_but_version_and_del() {
 /// at parse time, and nothing is created (STATUS used to create directories first).
 #[test]
 fn invalid_network_names_are_code_7_for_every_verb_and_status_creates_nothing() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let long = "n".repeat(256);
     for name in [
         "a/b",
@@ -414,9 +408,7 @@ fn invalid_network_names_are_code_7_for_every_verb_and_status_creates_nothing() 
 /// variable, nothing created.
 #[test]
 fn bad_bytes_in_cni_ifname_and_cni_containerid_are_code_4() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let conf = lab.conf("1.0.0", 0);
     let long_id = "c".repeat(256);
     let mut cases: Vec<(&str, &str)> = vec![];
@@ -465,9 +457,7 @@ fn bad_bytes_in_cni_ifname_and_cni_containerid_are_code_4() {
 /// SPEC.md: only CHECK uses `prevResult`; ADD and DEL must not fail on a malformed one.
 #[test]
 fn a_malformed_prev_result_is_ignored_by_add_and_del_and_refused_by_check() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 0);
     conf["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "not-an-ip"}]});
     let res = lab.add("prev", &pod, &conf).expect_ok();
@@ -480,7 +470,7 @@ fn a_malformed_prev_result_is_ignored_by_add_and_del_and_refused_by_check() {
     conf["prevResult"] = json!("garbage");
     lab.del("prev", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), before, "DEL restored the host");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     lab.del("prev", pod.netns(), &conf).expect_ok();
 }
 
@@ -524,9 +514,7 @@ fn a_fifo_or_a_namespace_of_another_type_as_cni_netns_fails_fast() {
 /// (`2>&1`), log records are dropped rather than mixed into the result.
 #[test]
 fn an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let root = lab.host.root();
     let fifo = root.join("log-fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -590,7 +578,7 @@ fn an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout() {
         r.expect_ok();
         assert!(t0.elapsed() < Duration::from_secs(10), "{lf:?}");
         assert_eq!(lab.host.snapshot(), before, "{lf:?}");
-        assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+        assert_no_state(&lab);
         assert!(!target.exists(), "symlink target created");
         assert!(!Path::new("ib-sriov-relative.log").exists());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{lf:?}");
@@ -613,7 +601,7 @@ fn an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(lab.host.snapshot(), before, "2>&1");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 /// Relative `dataDir`, `stateDir` and `runtimeConfig.CNIDeviceInfoFile` are code 7 for
@@ -622,9 +610,7 @@ fn an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout() {
 /// stderr: [`an_unusable_log_file_never_fails_a_verb_and_logs_never_reach_stdout`].)
 #[test]
 fn relative_paths_are_code_7_and_create_nothing() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let rel = "ib-sriov-relative-path-test";
     for (key, set) in [
         ("dataDir", "ipam.dataDir"),
@@ -658,9 +644,7 @@ fn relative_paths_are_code_7_and_create_nothing() {
 /// (let alone parsing) the rest; a configuration of exactly 4 MiB is accepted.
 #[test]
 fn stdin_is_bounded_to_4_mib() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let limit = 4usize << 20;
     let padded = |len: usize| -> Vec<u8> {
         let mut c = lab.conf("1.0.0", 0);
@@ -687,8 +671,7 @@ fn stdin_is_bounded_to_4_mib() {
     let env = cni_env(&lab, "DEL", "big", pod.netns());
     let (out, _) = raw_run(&lab, bin(), &env, padded(limit), false);
     Run::from(out).expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
     // The largest child so far stayed far below what parsing 40 MB took (1.26 GiB).
     // SAFETY: getrusage(2) fills the zeroed struct it is given.
     let max_rss_kib = unsafe {
@@ -703,9 +686,7 @@ fn stdin_is_bounded_to_4_mib() {
 /// skipped with a warning, well-formed pairs are kept) and VERSION does not look at it.
 #[test]
 fn malformed_cni_args_fail_no_call() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let args = ("CNI_ARGS", "garbage;K8S_POD_NAME=p;=x;IgnoreUnknown=1");
     let v = lab
         .run("VERSION", "", "", &json!({"cniVersion": "1.0.0"}), &[args])
@@ -726,8 +707,7 @@ fn malformed_cni_args_fail_no_call() {
         .expect_ok();
     lab.run("DEL", "args", pod.netns(), &conf, &[args])
         .expect_ok();
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
     let mut c = lab.conf("1.1.0", 0);
     c["cni.dev/valid-attachments"] = json!([]);
     lab.run("GC", "", "", &c, &[args]).expect_ok();
@@ -742,9 +722,7 @@ fn malformed_cni_args_fail_no_call() {
 /// opened: ADD skips them as held addresses.
 #[test]
 fn ipam_and_lock_entries_that_are_not_regular_files_are_refused() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let conf = lab.conf("1.0.0", 0);
     let store = lab.data.join("ibnet");
     let target = lab.host.root().join("planted-target");

@@ -18,10 +18,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const DEBIAN_CNI: &str = "/usr/lib/cni";
-const NET: &str = "hdnet";
-const IFNAME: &str = "net1";
-
 /// An emulated host (only its netns is used), a CNI bin directory holding
 /// `ib-sriov-ipam` (a symlink to the binary under test), and the IPAM store.
 struct Fx {
@@ -30,6 +26,10 @@ struct Fx {
     data: PathBuf,
     veths: std::cell::Cell<u32>,
 }
+
+const DEBIAN_CNI: &str = "/usr/lib/cni";
+const NET: &str = "hdnet";
+const IFNAME: &str = "net1";
 
 impl Fx {
     fn new() -> Fx {
@@ -79,17 +79,8 @@ impl Fx {
         let k = self.veths.get();
         self.veths.set(k + 1);
         let (a, b) = (format!("hd{k}"), format!("hdp{k}"));
-        let out = exec_in_netns(
-            &self.host.host_netns_path(),
-            &["ip", "link", "add", &a, "type", "veth", "peer", "name", &b],
-            &[],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.host
+            .host_ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
         a
     }
 
@@ -108,17 +99,18 @@ impl Fx {
 
     /// Runs `plugin` in the host netns with CNI_PATH holding ib-sriov-ipam.
     fn run(&self, plugin: &Path, cmd: &str, cid: &str, netns: &str, conf: &Value) -> Call {
-        self.run_env(plugin, cmd, cid, netns, conf, &[])
+        self.run_env(&[], plugin, cmd, cid, netns, conf)
     }
 
+    /// [`Fx::run`] with the extra environment `env`.
     fn run_env(
         &self,
+        env: &[(&str, &str)],
         plugin: &Path,
         cmd: &str,
         cid: &str,
         netns: &str,
         conf: &Value,
-        env: &[(&str, &str)],
     ) -> Call {
         let path = self.cni_path();
         let mut e = vec![("CNI_PATH", path.as_str())];
@@ -346,12 +338,12 @@ fn standalone_version_add_status_gc_and_errors() {
     // Under ib-sriov's delegation-loop guard the IPAM plugin still allocates.
     let d = fx
         .run_env(
+            &[("IB_SRIOV_DELEGATED", "1")],
             &ipam,
             "ADD",
             "s2",
             pod.netns(),
             &conf,
-            &[("IB_SRIOV_DELEGATED", "1")],
         )
         .expect_ok();
     assert_eq!(d["ips"][0]["address"], "10.68.0.3/29", "{d}");

@@ -6,7 +6,9 @@
 
 mod common;
 
+use common::fixture::fresh;
 use common::lab::{bin, Lab};
+use common::script::install_script;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -15,13 +17,11 @@ const V6: &str = "fd00:56::9";
 /// A stand-in IPAM plugin answering ADD with one IPv4 and one IPv6 address, each with a
 /// gateway; the network configuration using it and the CNI_PATH that finds it.
 fn v6_ipam(lab: &Lab) -> (Value, String) {
-    use std::os::unix::fs::PermissionsExt;
     let fake = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&fake).unwrap();
-    let script = fake.join("v6ipam");
-    std::fs::write(
-        &script,
-        format!(
+    install_script(
+        &fake,
+        "v6ipam",
+        &format!(
             r#"#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
@@ -30,9 +30,7 @@ VERSION) echo '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}' ;
 esac
 "#
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({"type": "v6ipam"});
     let path = format!("{}:{}", fake.display(), bin().parent().unwrap().display());
@@ -50,9 +48,7 @@ fn v6_lines(pod: &common::emuhost::Pod, ifname: &str) -> String {
 /// tentative: the kernel finishes DAD once carrier comes), and DEL cleans up.
 #[test]
 fn ipv6_without_carrier_add_succeeds_and_keeps_the_address() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let peer = lab.host.vf(0).peer.clone().expect("VF 0 has a netdev");
     lab.host.host_ip(&["link", "set", &peer, "down"]);
     let (conf, path) = v6_ipam(&lab);
@@ -89,9 +85,7 @@ fn ipv6_without_carrier_add_succeeds_and_keeps_the_address() {
 /// tentative) when ADD returns.
 #[test]
 fn ipv6_with_carrier_and_gateway_add_waits_for_dad() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let (conf, path) = v6_ipam(&lab);
     let env = [("CNI_PATH", path.as_str())];
     lab.run("ADD", "dad", pod.netns(), &conf, &env).expect_ok();
@@ -111,9 +105,7 @@ fn ipv6_with_carrier_and_gateway_add_waits_for_dad() {
 /// pod, the host or stateDir.
 #[test]
 fn ipv6_dad_failure_fails_add_with_code_102_and_leaves_nothing() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let peer = lab.host.vf(0).peer.clone().expect("VF 0 has a netdev");
     lab.host.host_exec(&[
         "sysctl",

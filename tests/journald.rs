@@ -329,14 +329,7 @@ fn the_real_journal_shows_the_call_with_journalctl() {
             .arg(format!("CNI_CONTAINERID={cid}"))
             .output()
             .unwrap();
-        let found = String::from_utf8_lossy(&q.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|e| {
-                e["MESSAGE"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("ADD failed"))
-            });
+        let found = add_failed_entry(&String::from_utf8_lossy(&q.stdout));
         if let Some(e) = found {
             break e;
         }
@@ -348,6 +341,19 @@ fn the_real_journal_shows_the_call_with_journalctl() {
         std::thread::sleep(Duration::from_millis(200));
     };
     check_journalctl_entry(&entry, &cid);
+}
+
+/// The first entry of `json_lines` (journalctl's `-o json`, one entry a line) whose
+/// MESSAGE says "ADD failed"; lines that are not JSON are skipped.
+fn add_failed_entry(json_lines: &str) -> Option<serde_json::Value> {
+    json_lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| {
+            e["MESSAGE"]
+                .as_str()
+                .is_some_and(|m| m.contains("ADD failed"))
+        })
 }
 
 /// `entry` (one line of `journalctl -o json`) is the "ADD failed" record of `cid`.
@@ -442,15 +448,7 @@ exit 1
     assert!(plugin_stderr.contains("ADD failed"), "{plugin_stderr}");
     assert!(!plugin_stderr.contains("warning"), "{plugin_stderr}");
     let journal = read("journal");
-    let entry = journal
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|e| {
-            e["MESSAGE"]
-                .as_str()
-                .is_some_and(|m| m.contains("ADD failed"))
-        })
-        .unwrap_or_else(|| panic!("{journal}"));
+    let entry = add_failed_entry(&journal).unwrap_or_else(|| panic!("{journal}"));
     check_journalctl_entry(&entry, &cid);
 }
 

@@ -20,6 +20,7 @@
 mod common;
 
 use common::emuhost::{exec_in_netns, EmuHost, EmuOptions, HostSnapshot, Pod};
+use common::exec::Outcome;
 use common::libcni::driver;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -39,36 +40,6 @@ struct Lab {
     host: EmuHost,
     state: PathBuf,
     scratch: tempfile::TempDir,
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    #[track_caller]
-    fn ok(self) -> Value {
-        assert!(self.ok, "driver failed:\n{}\n{}", self.stdout, self.stderr);
-        serde_json::from_str(&self.stdout).unwrap_or(Value::Null)
-    }
-
-    /// The CNI error the plugin returned (the driver's `cni-error:` line).
-    #[track_caller]
-    fn err(self) -> Value {
-        assert!(
-            !self.ok,
-            "driver succeeded, expected an error: {}",
-            self.stdout
-        );
-        let line = self
-            .stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("cni-error: "))
-            .unwrap_or_else(|| panic!("no CNI error in: {}", self.stderr));
-        serde_json::from_str(line).unwrap()
-    }
 }
 
 impl Lab {
@@ -193,7 +164,7 @@ esac
             .unwrap_or(0)
     }
 
-    fn drive(&self, caps: &[String], cmd: &str, conf: &Path, pod: &Pod, cid: &str) -> Out {
+    fn drive(&self, caps: &[String], cmd: &str, conf: &Path, pod: &Pod, cid: &str) -> Outcome {
         let cni_path = format!(
             "{}:{DEBIAN_CNI}:{}",
             common::lab::bin().parent().unwrap().display(),
@@ -220,12 +191,7 @@ esac
             ("IB_SRIOV_SYSFS_ROOT", self.host.root().to_str().unwrap()),
             ("LIBCNI_CACHE_DIR", cache.to_str().unwrap()),
         ];
-        let o = exec_in_netns(&self.host.host_netns_path(), &args, &env, None);
-        Out {
-            ok: o.status.success(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        exec_in_netns(&self.host.host_netns_path(), &args, &env, None).into()
     }
 
     fn journals(&self) -> Vec<String> {
@@ -233,6 +199,32 @@ esac
             .into_iter()
             .filter(|n| n != "locks" && n != "vfs")
             .collect()
+    }
+}
+
+/// A run of the driver ([`Lab::drive`]): its result or the CNI error it reports.
+impl Outcome {
+    /// The driver's stdout as JSON (Null when it is not); panics unless it succeeded.
+    #[track_caller]
+    fn ok(self) -> Value {
+        let o = self.succeeded("driver");
+        serde_json::from_str(&o.stdout).unwrap_or(Value::Null)
+    }
+
+    /// The CNI error the plugin returned (the driver's `cni-error:` line).
+    #[track_caller]
+    fn err(self) -> Value {
+        assert!(
+            !self.ok,
+            "driver succeeded, expected an error: {}",
+            self.stdout
+        );
+        let line = self
+            .stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("cni-error: "))
+            .unwrap_or_else(|| panic!("no CNI error in: {}", self.stderr));
+        serde_json::from_str(line).unwrap()
     }
 }
 

@@ -10,6 +10,7 @@
 mod common;
 
 use common::emuhost::{EmuHost, EmuOptions, Pod};
+use common::fixture::zero_guid_lab;
 use common::lab::{bin, Lab, Run};
 use common::policy::{private_node_file, NODE_FILE};
 use serde_json::{json, Value};
@@ -385,10 +386,7 @@ fn node_defaults_fill_rdma_isolation_and_the_network_key_wins() {
 #[test]
 fn chosen_strings_cannot_forge_log_records() {
     // VFs without a GUID: ADD reads the GUID file and echoes what is wrong with it.
-    let lab = Lab::new(EmuOptions {
-        zero_guids: true,
-        ..EmuOptions::default()
-    });
+    let lab = zero_guid_lab();
     let pod = lab.host.new_pod();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("plugin.log");

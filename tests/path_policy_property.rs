@@ -23,6 +23,7 @@ mod common;
 
 use common::lab::{bin, Lab, Run};
 use common::rng::Rng;
+use common::script::install_script;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,17 @@ const PLUGIN_OWN: &[&str] = &["/proc/sys/net", "/dev/null"];
 /// The system calls that create, write or change a file (strace names).
 const TRACED: &str = "open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,link,linkat,symlink,symlinkat,unlink,unlinkat,rmdir,truncate,chmod,fchmodat,chown,fchownat,lchown,mknod,mknodat,utimensat,setxattr,lsetxattr,removexattr,lremovexattr";
 
+/// The 23 path bases [`World::path`] draws from, `{t}` standing for the tag and `{tmp}`
+/// for the temporary directory. Allowed roots (the first 8; `{tmp}/in` is a link to
+/// `{tmp}/real`), then elsewhere (`{tmp}/out` is a link to the bait directory in /etc,
+/// `{tmp}/dangling` a link to a missing directory in /etc).
+const BASES: &str = "\
+    /run/{t} /var/run/{t} /var/lib/cni/{t} /var/log/{t} {tmp}/plain /dev/shm/{t} {tmp}/in \
+    /run/{t}/./c//d \
+    /etc/{t} /root/{t} /usr/local/{t} /var/{t} /opt/{t} /srv/{t} /home/{t} /dev/{t} \
+    /proc/self/cwd/{t} /sys/kernel/{t} {tmp}/out {tmp}/dangling /run/{t}/../../etc/{t} \
+    /runx/{t} run/{t}";
+
 struct World {
     tag: String,
     tmp: PathBuf,
@@ -62,41 +74,15 @@ impl World {
         let t = &self.tag;
         let tmp = self.tmp.display();
         let sub = ["", "a", "a/b", "x.d/y"][rng.below(4) as usize];
-        let base: String = match rng.below(24) {
-            // Allowed roots.
-            0 => format!("/run/{t}"),
-            1 => format!("/var/run/{t}"),
-            2 => format!("/var/lib/cni/{t}"),
-            3 => format!("/var/log/{t}"),
-            4 => format!("{tmp}/plain"),
-            5 => format!("/dev/shm/{t}"),
-            6 => format!("{tmp}/in"), // a link to {tmp}/real
-            7 => format!("/run/{t}/./c//d"),
-            // Elsewhere.
-            8 => format!("/etc/{t}"),
-            9 => format!("/root/{t}"),
-            10 => format!("/usr/local/{t}"),
-            11 => format!("/var/{t}"),
-            12 => format!("/opt/{t}"),
-            13 => format!("/srv/{t}"),
-            14 => format!("/home/{t}"),
-            15 => format!("/dev/{t}"),
-            16 => format!("/proc/self/cwd/{t}"),
-            17 => format!("/sys/kernel/{t}"),
-            18 => format!("{tmp}/out"), // a link to the bait directory in /etc
-            19 => format!("{tmp}/dangling"), // a link to a missing directory in /etc
-            20 => format!("/run/{t}/../../etc/{t}"),
-            21 => format!("/runx/{t}"),
-            22 => format!("run/{t}"),
-            _ => {
-                return match rng.below(4) {
-                    0 => json!(""),
-                    1 => json!(7),
-                    2 => json!(null),
-                    _ => json!(["/run"]),
-                }
-            }
+        let Some(base) = BASES.split_whitespace().nth(rng.below(24) as usize) else {
+            return match rng.below(4) {
+                0 => json!(""),
+                1 => json!(7),
+                2 => json!(null),
+                _ => json!(["/run"]),
+            };
         };
+        let base = base.replace("{t}", t).replace("{tmp}", &tmp.to_string());
         let mut p = base;
         if !sub.is_empty() {
             p = format!("{p}/{sub}");
@@ -352,18 +338,11 @@ fn no_configuration_makes_the_plugin_write_outside_the_allowed_roots() {
     let trace = tmp.join("trace");
     let wrapper_dir = tmp.join("bin");
     std::fs::create_dir(&wrapper_dir).unwrap();
-    let wrapper = wrapper_dir.join("ib-sriov");
-    std::fs::write(
-        &wrapper,
-        format!(
+    let wrapper = install_script(&wrapper_dir, "ib-sriov", &format!(
             "#!/bin/sh\nexec strace -f -qq --seccomp-bpf -y -e trace={TRACED} -e status=successful -A -o '{}' -- '{}' \"$@\"\n",
             trace.display(),
             bin().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
 
     // Whatever this run wrote under the tag, inside the roots or (had the plugin been
     // wrong) outside them, goes when the test ends, failed or not.

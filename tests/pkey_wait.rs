@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::emuhost::EmuOptions;
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, vfio_lab,
+};
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -54,9 +56,7 @@ fn sm_writes_later(
 
 #[test]
 fn the_pkey_arrives_in_time() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut c = conf(&lab, 0, "0x8005", Some(5_000));
     let log = lab.host.root().join("add.log");
     c["logFile"] = json!(log);
@@ -74,15 +74,12 @@ fn the_pkey_arrives_in_time() {
     );
     assert!(!text.contains("not (yet) in the pkey table"), "{text}");
     assert_eq!(lab.read(lab.host.vf(0).ofed_node()), GUID);
-    lab.del_restores("c1", pod.netns(), &c, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "c1", pod.netns(), &c, &before);
 }
 
 #[test]
 fn the_pkey_arrives_late_code_11_host_unchanged_then_the_retry_works() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let c = conf(&lab, 1, "0x8007", Some(300));
     let t0 = Instant::now();
     let e = lab.add("c1", &pod, &c).expect_code(11);
@@ -100,7 +97,7 @@ fn the_pkey_arrives_late_code_11_host_unchanged_then_the_retry_works() {
     // Rolled back: the GUID and everything else as before.
     assert_eq!(lab.host.snapshot(), before);
     assert_eq!(pod.links(), vec!["lo"]);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     // The subnet manager catches up; the runtime's retry succeeds at once.
     std::fs::write(pkey_entry(&lab, 1, 1), "0x8007\n").unwrap();
@@ -115,9 +112,7 @@ fn the_pkey_arrives_late_code_11_host_unchanged_then_the_retry_works() {
 /// once.
 #[test]
 fn the_pkey_never_arrives_and_membership_counts() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     std::fs::write(pkey_entry(&lab, 2, 1), "0x0005\n").unwrap();
     let before_limited = lab.host.snapshot();
     let e = lab
@@ -129,7 +124,7 @@ fn the_pkey_never_arrives_and_membership_counts() {
         "{msg}"
     );
     assert_eq!(lab.host.snapshot(), before_limited);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     let t0 = Instant::now();
     let c = conf(&lab, 2, "0x0005", Some(10_000));
@@ -164,12 +159,7 @@ fn without_pkey_wait_ms_a_warning_and_no_wait() {
 /// a device with a pkey table (not vfio).
 #[test]
 fn pkey_wait_ms_is_validated_before_any_change() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh_on(vfio_lab(3));
     for (v, want) in [
         (json!(0), "pkeyWaitMs must be an integer from 1 to 60000"),
         (
@@ -195,6 +185,5 @@ fn pkey_wait_ms_is_validated_before_any_change() {
         .add("c1", &pod, &conf(&lab, 3, "0x8001", Some(500)))
         .expect_code(7);
     assert!(e["msg"].as_str().unwrap().contains("vfio mode"), "{e}");
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }

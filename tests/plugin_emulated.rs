@@ -8,8 +8,13 @@
 
 mod common;
 
-use common::emuhost::{EmuOptions, HostSnapshot, Pod};
+use common::emuhost::{HostSnapshot, Pod};
+use common::fixture::{
+    assert_no_state, assert_pristine, del_leaves_nothing, fresh, fresh_on, guid_and_link_state,
+    lab_of, vfio_lab, zero_guid_lab,
+};
 use common::lab::{bin, list, pod_addrs, Lab, Run};
+use common::script::install_script;
 use serde_json::{json, Value};
 
 const VERSIONS: [&str; 7] = [
@@ -210,16 +215,12 @@ fn guid_precedence_and_no_rebind_when_unchanged() {
 
 #[test]
 fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
-    let lab = Lab::new(EmuOptions {
-        zero_guids: true,
-        ..Default::default()
-    });
+    let lab = zero_guid_lab();
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let e = lab.add("c1", &pod, &lab.conf("1.0.0", 0)).expect_code(7);
     assert!(e["msg"].as_str().unwrap().contains("infinibandGUID"), "{e}");
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
     // With a GUID it works.
     let mut conf = lab.conf("1.0.0", 0);
     conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:01");
@@ -229,18 +230,13 @@ fn zero_guid_without_a_given_guid_is_refused_before_any_change() {
 
 #[test]
 fn vfio_vf_gets_guid_and_link_state_but_no_netdev_or_ip() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
+    let lab = vfio_lab(3);
     let vf = lab.host.vf(3);
     assert!(vf.is_vfio());
     let before = lab.host.snapshot();
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.1.0", 3);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:0f:0f");
-    conf["link_state"] = json!("disable");
+    let conf = guid_and_link_state(lab.conf("1.1.0", 3), "02:00:00:00:00:00:0f:0f", "disable");
     let res = lab.add("c1", &pod, &conf).expect_ok();
     // As the Go plugin's result: CNI_IFNAME with the pod netns as sandbox (Multus'
     // network-status and KubeVirt key on it), plus the PCI address in 1.1.0.
@@ -344,9 +340,7 @@ fn del_after_the_pod_netns_was_deleted() {
     let vf = lab.host.vf(0);
     let node0 = lab.read(vf.ofed_node());
     let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.0.0", 0);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:00:99");
-    conf["link_state"] = json!("enable");
+    let conf = guid_and_link_state(lab.conf("1.0.0", 0), "02:00:00:00:00:00:00:99", "enable");
     lab.add("c1", &pod, &conf).expect_ok();
     let netns = pod.netns().to_string();
     pod.delete().unwrap();
@@ -441,15 +435,12 @@ fn del_succeeds_when_the_altname_moves_away_before_its_delete() {
         .find(|l| l.address == mac)
         .expect("the VF netdev is in the host");
     assert_eq!(back.up, was_up, "admin state restored: {back:?}");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 #[test]
 fn del_with_empty_netns_still_releases_the_ip() {
-    let lab = Lab::default();
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 1);
-    lab.add("c1", &pod, &conf).expect_ok();
+    let (lab, _, _pod, conf) = Lab::attached(1);
     assert_eq!(lab.allocations().len(), 1);
     lab.del("c1", "", &conf).expect_ok();
     assert!(
@@ -547,10 +538,7 @@ fn two_adds_racing_for_one_vf() {
 
 #[test]
 fn parallel_adds_on_several_vfs_get_distinct_ips_and_leak_nothing() {
-    let lab = Lab::new(EmuOptions {
-        vfs: 6,
-        ..Default::default()
-    });
+    let lab = lab_of(6);
     let before = lab.host.snapshot();
     let pods: Vec<Pod> = (0..6).map(|_| lab.host.new_pod()).collect();
     let results: Vec<Value> = std::thread::scope(|s| {
@@ -648,111 +636,67 @@ type BadCase<'a> = (&'a str, Value, Vec<(&'a str, &'a str)>, u64);
 
 #[test]
 fn every_bad_input_gets_its_code_and_changes_nothing() {
-    let lab = Lab::new(EmuOptions {
-        vfio: vec![3],
-        ..Default::default()
-    });
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh_on(vfio_lab(3));
     let good = lab.conf("1.0.0", 0);
     let with = |k: &str, v: Value| {
         let mut c = good.clone();
         c[k] = v;
         c
     };
-    let mut cases: Vec<BadCase> = vec![
-        (
-            "cniVersion 0.2.0",
-            with("cniVersion", json!("0.0.9")),
-            vec![],
-            1,
-        ),
-        (
-            "cniVersion 9.9.9",
-            with("cniVersion", json!("9.9.9")),
-            vec![],
-            1,
-        ),
-        (
-            "deviceID garbage",
-            with("deviceID", json!("not-pci")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID unknown",
-            with("deviceID", json!("0000:af:07.7")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID is the PF",
-            with("deviceID", json!("0000:af:00.0")),
-            vec![],
-            7,
-        ),
-        (
-            "deviceID not a string",
-            with("deviceID", json!(12)),
-            vec![],
-            7,
-        ),
+    // (what, key, value, expected code): the good configuration with one key set.
+    let keyed: [(&str, &str, Value, u64); 16] = [
+        ("cniVersion 0.2.0", "cniVersion", json!("0.0.9"), 1),
+        ("cniVersion 9.9.9", "cniVersion", json!("9.9.9"), 1),
+        ("deviceID garbage", "deviceID", json!("not-pci"), 7),
+        ("deviceID unknown", "deviceID", json!("0000:af:07.7"), 7),
+        ("deviceID is the PF", "deviceID", json!("0000:af:00.0"), 7),
+        ("deviceID not a string", "deviceID", json!(12), 7),
         (
             "guid malformed",
-            with("runtimeConfig", json!({"infinibandGUID": "02:00:00"})),
-            vec![],
+            "runtimeConfig",
+            json!({"infinibandGUID": "02:00:00"}),
             7,
         ),
         (
             "guid all zero",
-            with(
-                "runtimeConfig",
-                json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
-            ),
-            vec![],
+            "runtimeConfig",
+            json!({"infinibandGUID": "00:00:00:00:00:00:00:00"}),
             7,
         ),
-        ("link_state bad", with("link_state", json!("up")), vec![], 7),
-        ("pkey bad", with("pkey", json!("0xfffff")), vec![], 7),
-        (
-            "rdmaIsolation not bool",
-            with("rdmaIsolation", json!("yes")),
-            vec![],
-            7,
-        ),
+        ("link_state bad", "link_state", json!("up"), 7),
+        ("pkey bad", "pkey", json!("0xfffff"), 7),
+        ("rdmaIsolation not bool", "rdmaIsolation", json!("yes"), 7),
         (
             "ipam bad subnet",
-            with(
-                "ipam",
-                json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/33"}),
-            ),
-            vec![],
+            "ipam",
+            json!({"type": "ib-sriov-ipam", "subnet": "10.0.0.0/33"}),
             7,
         ),
-        (
-            "ipam dhcp",
-            with("ipam", json!({"type": "dhcp"})),
-            vec![],
-            7,
-        ),
+        ("ipam dhcp", "ipam", json!({"type": "dhcp"}), 7),
         (
             "ipam type not a string",
-            with("ipam", json!({"type": 5, "subnet": "10.0.0.0/24"})),
-            vec![],
+            "ipam",
+            json!({"type": 5, "subnet": "10.0.0.0/24"}),
             7,
         ),
         (
             "mlx5_core VF with vfioPciMode true",
-            with("vfioPciMode", json!(true)),
-            vec![],
+            "vfioPciMode",
+            json!(true),
             7,
         ),
         (
             "ibKubernetesEnabled, pod not annotated",
-            with("ibKubernetesEnabled", json!(true)),
-            vec![],
+            "ibKubernetesEnabled",
+            json!(true),
             11,
         ),
+    ];
+    let mut cases: Vec<BadCase> = keyed
+        .into_iter()
+        .map(|(what, k, v, code)| (what, with(k, v), vec![], code))
+        .collect();
+    cases.extend([
         (
             "ibKubernetesEnabled, no GUID",
             {
@@ -773,31 +717,23 @@ fn every_bad_input_gets_its_code_and_changes_nothing() {
             vec![],
             7,
         ),
-        (
-            "CNI_IFNAME too long",
-            good.clone(),
-            vec![("CNI_IFNAME", "sixteen-chars-xx")],
-            4,
-        ),
-        (
-            "CNI_CONTAINERID bad",
-            good.clone(),
-            vec![("CNI_CONTAINERID", "../x")],
-            4,
-        ),
+    ]);
+    // (what, variable, value, expected code): the good configuration, one variable set.
+    let env: [(&str, &str, &str, u64); 4] = [
+        ("CNI_IFNAME too long", "CNI_IFNAME", "sixteen-chars-xx", 4),
+        ("CNI_CONTAINERID bad", "CNI_CONTAINERID", "../x", 4),
         (
             "CNI_NETNS missing path",
-            good.clone(),
-            vec![("CNI_NETNS", "/var/run/netns/does-not-exist")],
+            "CNI_NETNS",
+            "/var/run/netns/does-not-exist",
             3,
         ),
-        (
-            "CNI_COMMAND unknown",
-            good.clone(),
-            vec![("CNI_COMMAND", "ATTACH")],
-            4,
-        ),
+        ("CNI_COMMAND unknown", "CNI_COMMAND", "ATTACH", 4),
     ];
+    cases.extend(
+        env.into_iter()
+            .map(|(what, k, v, code)| (what, good.clone(), vec![(k, v)], code)),
+    );
     // CNI_IFNAME already present in the pod.
     pod.exec(&["ip", "link", "add", "net1", "type", "dummy"]);
     let has_dummy = pod.links().contains(&"net1".to_string());
@@ -838,9 +774,8 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
     let before = lab.host.snapshot();
     for point in common::failpoints::ADD_POINTS {
         let pod = lab.host.new_pod();
-        let mut conf = lab.conf("1.0.0", 1);
-        conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:77:77");
-        conf["link_state"] = json!("enable");
+        let mut conf =
+            guid_and_link_state(lab.conf("1.0.0", 1), "02:00:00:00:00:00:77:77", "enable");
         let devinfo = lab.host.root().join("devinfo").join("fp.json");
         conf["runtimeConfig"]["CNIDeviceInfoFile"] = json!(devinfo);
         let spec = format!("{point}=error");
@@ -873,9 +808,7 @@ fn each_add_step_failing_rolls_back_and_del_leaves_the_host_as_before() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn failed_rollback_keeps_the_journal_for_del() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 2);
     conf["link_state"] = json!("enable");
     let r = lab.run(
@@ -895,8 +828,7 @@ fn failed_rollback_keeps_the_journal_for_del() {
         "{e}"
     );
     assert_eq!(lab.journals(), vec!["fp:net1"]);
-    lab.del_restores("fp", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "fp", pod.netns(), &conf, &before);
 }
 
 #[cfg(not(feature = "failpoints"))]
@@ -913,9 +845,7 @@ fn failpoints_feature_is_enabled() {
 /// false, as under the Go plugin).
 #[test]
 fn rdma_isolation_on_a_kernel_without_rdma() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.0.0", 0);
     conf["rdmaIsolation"] = json!(true);
     conf["link_state"] = json!("enable");
@@ -925,8 +855,7 @@ fn rdma_isolation_on_a_kernel_without_rdma() {
         msg.contains("rdmaIsolation") && msg.contains("RDMA"),
         "{msg}"
     );
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 
     for iso in [None, Some(false)] {
         match iso {
@@ -983,9 +912,7 @@ fn device_info_file_written_on_add_and_removed_on_del() {
 /// and STATUS pass, DEL succeeds (issue 9, item 1).
 #[test]
 fn empty_ipam_object_means_no_ipam() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({});
     let res = lab.add("e1", &pod, &conf).expect_ok();
@@ -1002,8 +929,7 @@ fn empty_ipam_object_means_no_ipam() {
         Value::Null
     );
     lab.del("e1", pod.netns(), &conf).expect_ok();
-    lab.del_restores("e1", pod.netns(), &conf, &before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    del_leaves_nothing(&lab, "e1", pod.netns(), &conf, &before);
 }
 
 /// Interface configuration as containernetworking/plugins `ConfigureIface` does it
@@ -1013,10 +939,7 @@ fn empty_ipam_object_means_no_ipam() {
 /// `scope`. The IPAM result comes from a stand-in delegate on CNI_PATH.
 #[test]
 fn ipv6_dad_and_route_attributes() {
-    use std::os::unix::fs::PermissionsExt;
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh();
     for k in ["all", "default"] {
         let o = pod.exec(&[
             "sysctl",
@@ -1026,10 +949,9 @@ fn ipv6_dad_and_route_attributes() {
         assert!(o.status.success(), "{o:?}");
     }
     let fake = lab.host.root().join("fake-cni-bin");
-    std::fs::create_dir_all(&fake).unwrap();
-    let script = fake.join("v6ipam");
-    std::fs::write(
-        &script,
+    install_script(
+        &fake,
+        "v6ipam",
         r#"#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
@@ -1037,9 +959,7 @@ ADD) echo '{"cniVersion":"1.1.0","ips":[{"address":"10.56.217.9/24","gateway":"1
 VERSION) echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}' ;;
 esac
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut conf = lab.conf("1.1.0", 0);
     conf["ipam"] = json!({"type": "v6ipam"});
     let path = format!("{}:{}", fake.display(), bin().parent().unwrap().display());

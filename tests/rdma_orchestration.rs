@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::emuhost::{EmuHost, EmuOptions, Pod};
+use common::emuhost::{EmuHost, EmuOptions, HostSnapshot, Pod};
 use ib_sriov_cni::cni::{CniEnv, CniError};
 use ib_sriov_cni::config::NetConf;
 use ib_sriov_cni::journal::JournalStore;
@@ -38,6 +38,14 @@ impl World {
             mem,
             host_key,
         }
+    }
+
+    /// A new world in `mode`, its host before anything happens, and a new pod.
+    fn fresh(mode: NetnsMode) -> (World, HostSnapshot, Pod) {
+        let w = World::new(mode);
+        let before = w.host.snapshot();
+        let pod = w.host.new_pod();
+        (w, before, pod)
     }
 
     fn conf(&self, vf: u32, rdma_isolation: Option<bool>) -> Value {
@@ -104,9 +112,7 @@ impl World {
 
 #[test]
 fn rdma_isolation_true_moves_the_rdma_device_before_the_netdev_and_back_on_del() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     let conf = w.conf(0, Some(true));
     let rdma = w.host.vf(0).rdma.clone().unwrap();
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
@@ -150,9 +156,7 @@ fn rdma_isolation_true_moves_the_rdma_device_before_the_netdev_and_back_on_del()
 
 #[test]
 fn shared_mode_required_is_refused_and_optional_leaves_the_device() {
-    let w = World::new(NetnsMode::Shared);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Shared);
     let e = w
         .run("ADD", "c1", pod.netns(), &w.conf(0, Some(true)))
         .unwrap_err();
@@ -179,9 +183,7 @@ fn shared_mode_required_is_refused_and_optional_leaves_the_device() {
 #[test]
 fn rdma_isolation_false_or_absent_never_moves() {
     for iso in [Some(false), None] {
-        let w = World::new(NetnsMode::Exclusive);
-        let before = w.host.snapshot();
-        let pod = w.host.new_pod();
+        let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
         let rdma = w.host.vf(0).rdma.clone().unwrap();
         w.run("ADD", "c1", pod.netns(), &w.conf(0, iso)).unwrap();
         assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), 0, "{iso:?}");
@@ -204,9 +206,7 @@ fn rdma_isolation_false_or_absent_never_moves() {
 /// configuration it gets says now.
 #[test]
 fn del_of_an_attachment_journaled_under_absent_means_move_brings_the_device_back() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     let rdma = w.host.vf(1).rdma.clone().unwrap();
     w.run("ADD", "c1", pod.netns(), &w.conf(1, Some(true)))
         .unwrap();
@@ -248,9 +248,7 @@ fn del_of_an_attachment_journaled_under_absent_means_move_brings_the_device_back
 /// rdma-cni's DEL (the device back in the host), our DEL restores the VF fully.
 #[test]
 fn rdma_cni_chained_after_us_check_names_the_move_and_del_restores() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     let conf = w.conf(2, None);
     let rdma = w.host.vf(2).rdma.clone().unwrap();
     let res = w.run("ADD", "c1", pod.netns(), &conf).unwrap().unwrap();
@@ -307,9 +305,7 @@ fn rdma_cni_chained_after_us_check_names_the_move_and_del_restores() {
 
 #[test]
 fn failed_rdma_move_rolls_back_before_the_netdev_moves() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     w.mem.fail_nth(RdmaOp::MoveToNetns, 1, 16 /* EBUSY */);
     let mut conf = w.conf(0, Some(true));
     conf["link_state"] = json!("enable");
@@ -363,9 +359,7 @@ fn failure_after_the_rdma_move_brings_it_back_from_inside_the_pod() {
 
 #[test]
 fn del_with_a_failing_rdma_return_keeps_the_journal_and_a_retry_finishes() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     let conf = w.conf(2, Some(true));
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
     let next = w.mem.calls(RdmaOp::MoveToNetns) + 1;
@@ -385,9 +379,7 @@ fn del_with_a_failing_rdma_return_keeps_the_journal_and_a_retry_finishes() {
 
 #[test]
 fn del_after_the_pod_netns_died_needs_no_rdma_move() {
-    let w = World::new(NetnsMode::Exclusive);
-    let before = w.host.snapshot();
-    let pod = w.host.new_pod();
+    let (w, before, pod) = World::fresh(NetnsMode::Exclusive);
     let conf = w.conf(1, Some(true));
     w.run("ADD", "c1", pod.netns(), &conf).unwrap();
     let key = w.pod_key(&pod);

@@ -9,9 +9,38 @@
 
 mod common;
 
-use common::emuhost::EmuOptions;
+use common::emuhost::Pod;
+use common::fixture::{fresh, lab_of};
 use common::lab::{bin, Lab, Run};
 use serde_json::json;
+
+/// VF `vf`'s configuration (cniVersion 1.0.0) with the GUID `guid` to set.
+fn guid_conf(lab: &Lab, vf: u32, guid: &str) -> serde_json::Value {
+    let mut conf = lab.conf("1.0.0", vf);
+    conf["runtimeConfig"]["infinibandGUID"] = json!(guid);
+    conf
+}
+
+/// Starts ADD of `conf` as `cid`/`net1` in `pod`, held `ms` milliseconds by the fail
+/// point just after the VF was bound again (`add.rebind.bound`).
+fn spawn_add_held(
+    lab: &Lab,
+    cid: &str,
+    pod: &Pod,
+    conf: &serde_json::Value,
+    ms: u64,
+) -> std::process::Child {
+    let fp = format!("add.rebind.bound=sleep{ms}");
+    lab.host.spawn_plugin(
+        bin(),
+        "ADD",
+        cid,
+        pod.netns(),
+        "net1",
+        &conf.to_string(),
+        &[("IB_SRIOV_FAILPOINTS", &fp)],
+    )
+}
 
 /// Seconds since the epoch of a log line's timestamp (`2026-11-25T19:32:43.123Z`,
 /// RFC 3339 UTC): days from the civil date (H. Hinnant's `days_from_civil`).
@@ -48,10 +77,7 @@ fn windows(log: &str) -> Vec<(f64, f64)> {
 /// rebinds again to restore the GUID) leaves the host as before.
 #[test]
 fn parallel_rebinds_never_overlap() {
-    let lab = Lab::new(EmuOptions {
-        vfs: 4,
-        ..Default::default()
-    });
+    let lab = lab_of(4);
     let before = lab.host.snapshot();
     let pod = lab.host.new_pod();
     let logs: Vec<_> = (0..4)
@@ -111,21 +137,10 @@ fn parallel_rebinds_never_overlap() {
 /// code 102 naming both names and rolls back (GUID restored, nothing in the pod).
 #[test]
 fn rdma_name_changed_by_the_rebind_is_an_error() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let vf = lab.host.vf(1).clone();
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.0.0", 1);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:dd:01");
-    let child = lab.host.spawn_plugin(
-        bin(),
-        "ADD",
-        "rn",
-        pod.netns(),
-        "net1",
-        &conf.to_string(),
-        &[("IB_SRIOV_FAILPOINTS", "add.rebind.bound=sleep800")],
-    );
+    let conf = guid_conf(&lab, 1, "02:00:00:00:00:00:dd:01");
+    let child = spawn_add_held(&lab, "rn", &pod, &conf, 800);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let ib = vf.dir.join("infiniband");
     let old = ib.join(vf.rdma.as_ref().unwrap());
@@ -192,28 +207,17 @@ impl Drop for GoCall {
 /// host. While our rebind turn is open, the lock is ours (a Go call would wait).
 #[test]
 fn a_go_call_holding_its_node_lock_holds_our_rebinds_off() {
-    let lab = Lab::default();
+    let (lab, before, pod) = fresh();
     let vf = lab.host.vf(1).clone();
     let go_lock = lab.host.go_lock_path();
-    let before = lab.host.snapshot();
     let node_guid = lab.read(vf.ofed_node());
-    let pod = lab.host.new_pod();
-    let mut conf = lab.conf("1.0.0", 1);
-    conf["runtimeConfig"]["infinibandGUID"] = json!("02:00:00:00:00:00:ee:01");
+    let conf = guid_conf(&lab, 1, "02:00:00:00:00:00:ee:01");
     let unbinds = || lab.driver_file("mlx5_core", "unbind");
 
     // Waits while held; goes on when released. The fail point holds the window open
     // so the test can see the lock is ours during it.
     let go = GoCall::hold(&go_lock);
-    let child = lab.host.spawn_plugin(
-        bin(),
-        "ADD",
-        "gl",
-        pod.netns(),
-        "net1",
-        &conf.to_string(),
-        &[("IB_SRIOV_FAILPOINTS", "add.rebind.bound=sleep1500")],
-    );
+    let child = spawn_add_held(&lab, "gl", &pod, &conf, 1500);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(unbinds(), "", "no rebind while the Go call holds the lock");
     assert_eq!(lab.read(vf.ofed_node()), node_guid, "no GUID write either");

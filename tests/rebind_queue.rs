@@ -8,7 +8,7 @@
 //! only the ignored [`child_process`] test. Needs no root.
 
 use ib_sriov_cni::cni::{code, CniError};
-use ib_sriov_cni::fsutil::{lock_with_timeout, LockError};
+use ib_sriov_cni::fsutil::{lock_with_timeout, FileLock, LockError};
 use ib_sriov_cni::plugin::rebind_queue::{Limits, QueueError, RebindQueue, RebindTurn};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -135,6 +135,24 @@ fn pids(q: &RebindQueue) -> Vec<u32> {
     q.entries().unwrap().iter().map(|e| e.pid).collect()
 }
 
+/// What a waiter thread `w` (answering when its turn came, and the turn) got: its turn,
+/// which came less than 2 s after `since` (`what` names that moment). Panics otherwise.
+#[track_caller]
+fn turn_soon_after<T, E: std::fmt::Debug>(
+    w: std::thread::ScopedJoinHandle<'_, (Instant, Result<T, E>)>,
+    since: Instant,
+    what: &str,
+) -> T {
+    let (at, turn) = w.join().unwrap();
+    let turn = turn.unwrap();
+    let lag = at.duration_since(since);
+    assert!(
+        lag < Duration::from_secs(2),
+        "turn came {lag:?} after {what}"
+    );
+    turn
+}
+
 fn len(q: &RebindQueue) -> usize {
     q.entries().unwrap().len()
 }
@@ -201,13 +219,7 @@ fn a_killed_holder_frees_the_queue_at_once() {
         assert!(!w.is_finished(), "the waiter ran past a live holder");
         let killed = Instant::now();
         child.kill();
-        let (at, turn) = w.join().unwrap();
-        let turn: RebindTurn = turn.unwrap();
-        let lag = at.duration_since(killed);
-        assert!(
-            lag < Duration::from_secs(2),
-            "turn came {lag:?} after the kill"
-        );
+        let turn: RebindTurn = turn_soon_after(w, killed, "the kill");
         assert_eq!(pids(q), vec![std::process::id()], "the dead entry stays");
         drop(turn);
     });
@@ -236,13 +248,7 @@ fn a_killed_waiter_does_not_block_those_behind_it() {
         assert!(!w.is_finished(), "the waiter ran past a live holder");
         let released = Instant::now();
         drop(holder);
-        let (at, turn) = w.join().unwrap();
-        let turn = turn.unwrap();
-        let lag = at.duration_since(released);
-        assert!(
-            lag < Duration::from_secs(2),
-            "turn came {lag:?} after the release"
-        );
+        let turn = turn_soon_after(w, released, "the release");
         assert_eq!(pids(q), vec![std::process::id()], "the dead entry stays");
         drop(turn);
     });
@@ -369,21 +375,28 @@ fn older_binaries_and_the_queue_exclude_each_other() {
     assert!(e.msg.contains(&t.legacy.display().to_string()), "{}", e.msg);
     assert!(q.entries().unwrap().is_empty());
     // Released while the queue's first waits for it: the turn begins.
+    released_lets_the_first_in_and_a_turn_holds(q, old, &t.legacy);
+}
+
+/// `held`, the lock `file` the queue's first waits for, released while a waiter is the
+/// queue's first: the waiter's turn begins only then. Then a turn holds `file` (another
+/// taker times out) and frees it when it ends. Panics otherwise.
+fn released_lets_the_first_in_and_a_turn_holds(q: &RebindQueue, held: FileLock, file: &Path) {
     std::thread::scope(|s| {
         let w = s.spawn(|| q.enter(&patient()));
         wait_until(10, "the waiter's entry", || len(q) == 1);
         std::thread::sleep(Duration::from_millis(100));
         assert!(!w.is_finished());
-        drop(old);
+        drop(held);
         drop(w.join().unwrap().unwrap());
     });
     let turn = q.enter(&patient()).unwrap();
     assert!(matches!(
-        lock_with_timeout(&t.legacy, Duration::from_millis(100)),
+        lock_with_timeout(file, Duration::from_millis(100)),
         Err(LockError::Timeout(..))
     ));
     drop(turn);
-    drop(lock_with_timeout(&t.legacy, Duration::from_millis(10)).unwrap());
+    drop(lock_with_timeout(file, Duration::from_millis(10)).unwrap());
 }
 
 /// CPU time and voluntary context switches of the calling thread
@@ -532,19 +545,5 @@ fn the_go_plugins_node_lock_excludes_and_is_excluded() {
     assert!(q.entries().unwrap().is_empty());
     // The older binaries' lock is not kept while the Go lock is refused.
     drop(lock_with_timeout(&t.legacy, Duration::from_millis(10)).unwrap());
-    std::thread::scope(|s| {
-        let w = s.spawn(|| q.enter(&patient()));
-        wait_until(10, "the waiter's entry", || len(q) == 1);
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!w.is_finished());
-        drop(call);
-        drop(w.join().unwrap().unwrap());
-    });
-    let turn = q.enter(&patient()).unwrap();
-    assert!(matches!(
-        lock_with_timeout(&go, Duration::from_millis(100)),
-        Err(LockError::Timeout(..))
-    ));
-    drop(turn);
-    drop(lock_with_timeout(&go, Duration::from_millis(10)).unwrap());
+    released_lets_the_first_in_and_a_turn_holds(q, call, &go);
 }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::emuhost::EmuOptions;
+use common::fixture::{assert_no_state, del_sparing, lab_of, squat};
 use common::lab::{bin, list, Lab, Run};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -82,7 +82,7 @@ fn gc_recovers_a_destroyed_netdev_among_healthy_stale_attachments() {
     r.expect_ok();
     assert!(log.contains("recovery rebind of VF"), "{log}");
     assert!(log.contains("3 stale attachment(s) restored"), "{log}");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     assert!(holders(&lab).is_empty(), "{:?}", holders(&lab));
     assert_eq!(pods[0].links(), ["lo"]);
     assert_eq!(pods[2].links(), ["lo"]);
@@ -105,7 +105,7 @@ fn a_vf_without_driver_is_released_without_a_rebind() {
     r.expect_ok();
     assert!(log.contains("no driver bound"), "{log}");
     assert!(probe.binds().is_empty(), "{:?}", probe.binds());
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     assert!(holders(&lab).is_empty());
 }
 
@@ -155,21 +155,12 @@ fn a_name_held_by_another_netdev_of_the_vf_is_waited_for() {
 fn original_name_taken_with_the_pod_gone_falls_back() {
     let (lab, before, pod, conf) = Lab::attached(0);
     let orig = lab.host.vf(0).netdev.clone().unwrap();
-    lab.host.host_ip(&[
-        "link", "add", &orig, "type", "veth", "peer", "name", "squat-p",
-    ]);
-    let squatter = lab.host.snapshot().link(&orig).unwrap().clone();
+    let squatter = squat(&lab, &orig);
     pod.delete().unwrap();
     lab.host
         .return_destroyed_vf_netdev(0, "net1", &before)
         .unwrap();
-    lab.del("c1", pod.netns(), &conf).expect_ok();
-    let after = lab.host.snapshot();
-    assert_eq!(
-        after.link(&orig),
-        Some(&squatter),
-        "the squatter is untouched"
-    );
+    let after = del_sparing(&lab, "c1", pod.netns(), &conf, &squatter);
     assert!(after.link("net1").is_none(), "not left under its pod name");
     assert!(
         after.links.iter().any(|l| l.name.starts_with("ibvf")),
@@ -178,7 +169,7 @@ fn original_name_taken_with_the_pod_gone_falls_back() {
     );
     lab.del("c1", pod.netns(), &conf).expect_ok();
     assert_eq!(lab.host.snapshot(), after);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
     assert!(holders(&lab).is_empty());
 }
 
@@ -189,10 +180,7 @@ fn original_name_taken_with_the_pod_gone_falls_back() {
 /// holder link, no allocation, nothing left in the pod.
 #[test]
 fn racing_adds_of_one_attachment_end_with_one_or_none() {
-    let lab = Lab::new(EmuOptions {
-        vfs: 2,
-        ..Default::default()
-    });
+    let lab = lab_of(2);
     let before = lab.host.snapshot();
     let confs = [lab.conf("1.0.0", 0), lab.conf("1.0.0", 1)];
     let mut wins = [0u32; 3];

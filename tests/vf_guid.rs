@@ -7,6 +7,7 @@
 mod common;
 
 use common::emuhost::{EmuOptions, PF_BDF, PF_PORT_GUID};
+use common::fixture::{assert_no_state, assert_pristine, fresh_on};
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -33,6 +34,13 @@ fn conf(lab: &Lab, vf: u32) -> Value {
     c
 }
 
+/// [`conf`] with `deriveGuid` set.
+fn derive_conf(lab: &Lab, vf: u32) -> Value {
+    let mut c = conf(lab, vf);
+    c["deriveGuid"] = json!(true);
+    c
+}
+
 fn write_guid_file(lab: &Lab, v: Value) {
     std::fs::write(lab.host.root().join("etc-guids"), v.to_string()).unwrap();
 }
@@ -50,9 +58,7 @@ fn zero_vf(lab: &Lab, vf: u32) {
 
 #[test]
 fn zero_guid_without_a_way_out_is_code_7_naming_both() {
-    let lab = zero_lab(2, vec![]);
-    let before = lab.host.snapshot();
-    let pod = lab.host.new_pod();
+    let (lab, before, pod) = fresh_on(zero_lab(2, vec![]));
     let e = lab.add("c1", &pod, &conf(&lab, 0)).expect_code(7);
     let msg = e["msg"].as_str().unwrap();
     for want in [
@@ -73,14 +79,12 @@ fn zero_guid_without_a_way_out_is_code_7_naming_both() {
             .contains("/etc/sriov-operator/infiniband/guids"),
         "{e}"
     );
-    assert_eq!(lab.host.snapshot(), before);
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_pristine(&lab, &before);
 }
 
 #[test]
 fn the_operator_file_by_pci_address_with_a_list_and_by_pf_guid_with_a_range() {
-    let lab = zero_lab(4, vec![]);
-    let pod = lab.host.new_pod();
+    let (lab, _, pod) = fresh_on(zero_lab(4, vec![]));
     // guids by pciAddress: VF 1 takes guids[1].
     write_guid_file(
         &lab,
@@ -111,7 +115,7 @@ fn the_operator_file_by_pci_address_with_a_list_and_by_pf_guid_with_a_range() {
     assert_eq!(guids(&lab, 1), (g.into(), g.into()), "DEL keeps it");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains(&format!("keeps GUID {g}")), "{text}");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     // rangeStart/rangeEnd (the operator's code) by pfGuid, the PF's port GUID: VF 2
     // takes start + 2.
@@ -144,9 +148,7 @@ fn the_operator_file_by_pci_address_with_a_list_and_by_pf_guid_with_a_range() {
 
 #[test]
 fn a_malformed_file_or_an_index_out_of_range_is_code_7_and_changes_nothing() {
-    let lab = zero_lab(4, vec![]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
+    let (lab, before, pod) = fresh_on(zero_lab(4, vec![]));
     for (file, want) in [
         (
             json!({"pciAddress": PF_BDF}),
@@ -180,17 +182,14 @@ fn a_malformed_file_or_an_index_out_of_range_is_code_7_and_changes_nothing() {
             )) && msg.contains(&want),
             "{want:?} not in {msg}"
         );
-        assert_eq!(lab.host.snapshot(), before);
-        assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+        assert_pristine(&lab, &before);
     }
 }
 
 #[test]
 fn a_derived_guid_is_stable_kept_by_del_and_needs_no_rebind_the_second_time() {
-    let lab = zero_lab(4, vec![]);
-    let pod = lab.host.new_pod();
-    let mut c = conf(&lab, 1);
-    c["deriveGuid"] = json!(true);
+    let (lab, _, pod) = fresh_on(zero_lab(4, vec![]));
+    let c = derive_conf(&lab, 1);
     let want = derived(PF_PORT_GUID, 1);
     assert!(!want.starts_with("02:"));
 
@@ -199,7 +198,7 @@ fn a_derived_guid_is_stable_kept_by_del_and_needs_no_rebind_the_second_time() {
     assert_eq!(lab.driver_file("mlx5_core", "bind"), lab.host.vf(1).addr);
     lab.del("c1", pod.netns(), &c).expect_ok();
     assert_eq!(guids(&lab, 1), (want.clone(), want.clone()), "DEL keeps it");
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 
     // Second round: the VF has a usable GUID now, so no set and no rebind.
     std::fs::write(lab.host.root().join("bus/pci/drivers/mlx5_core/unbind"), "").unwrap();
@@ -233,12 +232,10 @@ fn a_derived_guid_is_stable_kept_by_del_and_needs_no_rebind_the_second_time() {
 
 #[test]
 fn every_vf_of_a_127_vf_pf_gets_its_own_derived_guid() {
-    let lab = zero_lab(127, vec![]);
-    let pod = lab.host.new_pod();
+    let (lab, _, pod) = fresh_on(zero_lab(127, vec![]));
     let mut seen = HashSet::new();
     for n in 0..127 {
-        let mut c = conf(&lab, n);
-        c["deriveGuid"] = json!(true);
+        let c = derive_conf(&lab, n);
         let cid = format!("c{n}");
         lab.add(&cid, &pod, &c).expect_ok();
         lab.del(&cid, pod.netns(), &c).expect_ok();
@@ -249,20 +246,18 @@ fn every_vf_of_a_127_vf_pf_gets_its_own_derived_guid() {
         assert!(node != ZERO && node != "ff:ff:ff:ff:ff:ff:ff:ff");
         assert!(seen.insert(node.clone()), "{node} twice");
     }
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }
 
 #[test]
 fn a_derived_guid_another_vf_already_has_is_refused() {
-    let lab = zero_lab(3, vec![]);
-    let pod = lab.host.new_pod();
+    let (lab, _, pod) = fresh_on(zero_lab(3, vec![]));
     let taken = derived(PF_PORT_GUID, 0);
     let v2 = lab.host.vf(2);
     std::fs::write(v2.ofed_node().unwrap(), format!("{taken}\n")).unwrap();
     std::fs::write(v2.ofed_port().unwrap(), format!("{taken}\n")).unwrap();
     let before = lab.host.snapshot();
-    let mut c = conf(&lab, 0);
-    c["deriveGuid"] = json!(true);
+    let c = derive_conf(&lab, 0);
     let e = lab.add("c1", &pod, &c).expect_code(7);
     let msg = e["msg"].as_str().unwrap();
     assert!(
@@ -274,15 +269,12 @@ fn a_derived_guid_another_vf_already_has_is_refused() {
 
 #[test]
 fn ib_kubernetes_without_a_guid_is_still_refused() {
-    let lab = zero_lab(2, vec![]);
-    let pod = lab.host.new_pod();
-    let before = lab.host.snapshot();
+    let (lab, before, pod) = fresh_on(zero_lab(2, vec![]));
     write_guid_file(
         &lab,
         json!([{"pciAddress": PF_BDF, "guids": ["02:00:00:00:00:00:01:00"]}]),
     );
-    let mut c = conf(&lab, 0);
-    c["deriveGuid"] = json!(true);
+    let mut c = derive_conf(&lab, 0);
     c["ibKubernetesEnabled"] = json!(true);
     c["args"] = json!({"cni": {"mellanox.infiniband.app": "configured"}});
     let e = lab.add("c1", &pod, &c).expect_code(11);
@@ -296,10 +288,8 @@ fn ib_kubernetes_without_a_guid_is_still_refused() {
 
 #[test]
 fn a_vfio_vf_gets_the_derived_guid_through_the_pf_without_a_rebind() {
-    let lab = zero_lab(2, vec![1]);
-    let pod = lab.host.new_pod();
-    let mut c = conf(&lab, 1);
-    c["deriveGuid"] = json!(true);
+    let (lab, _, pod) = fresh_on(zero_lab(2, vec![1]));
+    let mut c = derive_conf(&lab, 1);
     c.as_object_mut().unwrap().remove("ipam");
     lab.add("c1", &pod, &c).expect_ok();
     let want = derived(PF_PORT_GUID, 1);

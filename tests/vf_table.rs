@@ -8,6 +8,7 @@
 mod common;
 
 use common::emuhost::{HostSnapshot, Pod, PF_PORT_GUID};
+use common::fixture::{assert_has_all, assert_no_state, fresh};
 use common::lab::{Lab, Run};
 use serde_json::{json, Value};
 
@@ -28,13 +29,14 @@ fn conf(lab: &Lab, vf: u32) -> Value {
     c
 }
 
-/// ADD of VF `vf` as `c1` in a new pod with the fail points `fp`: the pod, the config
-/// and ADD's run.
-fn add_with(lab: &Lab, vf: u32, fp: (&str, &str)) -> (Pod, Value, Run) {
-    let pod = lab.host.new_pod();
+/// ADD of VF `vf` as `c1` in `pod` with the fail points `fp`, whose log says each of
+/// `says` (panics otherwise): the config and ADD's run.
+#[track_caller]
+fn add_with(lab: &Lab, pod: &Pod, vf: u32, fp: (&str, &str), says: &[&str]) -> (Value, Run) {
     let c = conf(lab, vf);
     let add = lab.run("ADD", "c1", pod.netns(), &c, &[fp]);
-    (pod, c, add)
+    assert_has_all(&add.stderr, says);
+    (c, add)
 }
 
 /// DEL of `c1` with the fail points `fp`: it succeeds and the host is as `before`.
@@ -45,15 +47,9 @@ fn del_with(lab: &Lab, pod: &Pod, c: &Value, fp: (&str, &str), before: &HostSnap
 
 #[test]
 fn emsgsize_on_the_single_request_reads_the_link_dump() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (pod, c, add) = add_with(&lab, 1, EMSGSIZE_GET);
-    assert!(
-        add.stderr.contains("does not fit its own buffer")
-            && add.stderr.contains("reading it from a link dump"),
-        "{}",
-        add.stderr
-    );
+    let (lab, before, pod) = fresh();
+    let says = ["does not fit its own buffer", "reading it from a link dump"];
+    let (c, add) = add_with(&lab, &pod, 1, EMSGSIZE_GET, &says);
     assert!(
         !add.stderr.contains("cannot be read over netlink"),
         "the dump answered: {}",
@@ -65,16 +61,9 @@ fn emsgsize_on_the_single_request_reads_the_link_dump() {
 
 #[test]
 fn a_vf_table_no_route_can_read_is_said_and_the_ofed_files_still_serve() {
-    let lab = Lab::default();
-    let before = lab.host.snapshot();
-    let (pod, c, add) = add_with(&lab, 2, EMSGSIZE_BOTH);
-    assert!(
-        add.stderr.contains("cannot be read over netlink")
-            && add.stderr.contains("(single request)")
-            && add.stderr.contains("(dump)"),
-        "{}",
-        add.stderr
-    );
+    let (lab, before, pod) = fresh();
+    let says = ["cannot be read over netlink", "(single request)", "(dump)"];
+    let (c, add) = add_with(&lab, &pod, 2, EMSGSIZE_BOTH, &says);
     add.expect_ok();
     // The doctor names it (the same fail points, in the doctor's process).
     let f = lab.doctor_findings(
@@ -137,14 +126,13 @@ fn unknown_originals_are_restored_by_the_stated_rule() {
     assert!(unknown.iter().any(|m| m.contains("original link state")));
 
     let del = lab.del("c1", pod.netns(), &c);
-    assert!(
-        del.stderr.contains("restoring auto") && del.stderr.contains("giving it its derived GUID"),
-        "{}",
-        del.stderr
+    assert_has_all(
+        &del.stderr,
+        &["restoring auto", "giving it its derived GUID"],
     );
     del.expect_ok();
     assert_eq!(lab.read(vf.ofed_policy()), "Follow", "auto");
     assert_eq!(lab.read(vf.ofed_node()), derived(3));
     assert_eq!(lab.read(vf.ofed_port()), derived(3));
-    assert!(lab.journals().is_empty() && lab.allocations().is_empty());
+    assert_no_state(&lab);
 }

@@ -26,3 +26,48 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8], what: &str) -> Output 
     let _ = writer.join();
     out
 }
+
+/// A finished program's outcome as text: whether it exited 0, its stdout and stderr
+/// (lossy UTF-8).
+#[derive(Debug)]
+pub struct Outcome {
+    /// Exit status 0.
+    pub ok: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl From<Output> for Outcome {
+    fn from(o: Output) -> Outcome {
+        Outcome {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Outcome {
+    /// The outcome of a program that succeeded; panics otherwise, naming it (`what`)
+    /// and showing both streams.
+    #[track_caller]
+    pub fn succeeded(self, what: &str) -> Outcome {
+        assert!(
+            self.ok,
+            "{what} failed:\nstdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The stdout of a program that succeeded, parsed as JSON; panics when it failed
+    /// ([`Outcome::succeeded`]) or its stdout is not JSON.
+    #[track_caller]
+    pub fn json_of(self, what: &str) -> serde_json::Value {
+        let o = self.succeeded(what);
+        serde_json::from_str(&o.stdout)
+            .unwrap_or_else(|e| panic!("{what}: stdout is not JSON ({e}): {:?}", o.stdout))
+    }
+}

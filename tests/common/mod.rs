@@ -5,9 +5,11 @@
 pub mod emuhost;
 pub mod exec;
 pub mod failpoints;
+pub mod fixture;
 pub mod gofix;
 pub mod guid;
 pub mod lab;
 pub mod libcni;
 pub mod policy;
 pub mod rng;
+pub mod script;

@@ -10,8 +10,8 @@
 //! `/etc/ib-sriov` is a directory of the test's, so the machine's file and the other
 //! tests are untouched.
 
+use super::script::install_script;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// The machine's node file (the plugin's `NODE_FILE`).
@@ -80,16 +80,10 @@ pub fn private_node_file(node_json: Option<&str>) -> (tempfile::TempDir, PathBuf
     if let Some(j) = node_json {
         std::fs::write(etc.join("node.json"), j).unwrap();
     }
-    let wrapper = dir.path().join("ib-sriov");
-    std::fs::write(
-        &wrapper,
-        format!(
+    let wrapper = install_script(dir.path(), "ib-sriov", &format!(
             "#!/bin/sh\nexec unshare --mount --propagation private sh -c 'mount --bind \"$0\" /etc/ib-sriov && exec \"$@\"' '{}' '{}' \"$@\"\n",
             etc.display(),
             super::lab::bin().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ));
     (dir, wrapper)
 }
