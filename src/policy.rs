@@ -404,10 +404,7 @@ impl NodePolicy {
         if p.components().any(|c| c == Component::ParentDir) {
             return Err(refuse(Refusal::DotDot));
         }
-        let mut matching = roots
-            .iter()
-            .filter(|r| p.starts_with(r))
-            .peekable();
+        let mut matching = roots.iter().filter(|r| p.starts_with(r)).peekable();
         if matching.peek().is_none() {
             return Err(refuse(Refusal::OutsideRoots));
         }

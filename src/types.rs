@@ -82,13 +82,12 @@ impl FromStr for Guid {
 }
 
 impl fmt::Display for Guid {
+    /// `aa:bb:cc:dd:ee:ff:00:11`, lower-case (built by [`push_hex_octets`], not by
+    /// `{:02x}` eight times: a GUID is formatted into every journal save).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0.to_be_bytes();
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
-        )
+        let mut out = String::with_capacity(23);
+        push_hex_octets(&mut out, &self.0.to_be_bytes());
+        f.write_str(&out)
     }
 }
 
@@ -178,12 +177,22 @@ impl FromStr for PciAddress {
 }
 
 impl fmt::Display for PciAddress {
+    /// `DDDD:BB:DD.F` in lower-case hex (the domain at least 4 digits, more when it
+    /// needs them), as sysfs names the device. Built by hand, not by `{:0Nx}`: an
+    /// address is formatted into every journal save and sysfs path.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
+        let mut out = String::with_capacity(12);
+        let digits = (8 - self.domain.leading_zeros() as usize / 4).max(4);
+        for i in (0..digits).rev() {
+            out.push(HEX[((self.domain >> (4 * i)) & 0xf) as usize] as char);
+        }
+        out.push(':');
+        push_hex_octets(&mut out, &[self.bus]);
+        out.push(':');
+        push_hex_octets(&mut out, &[self.device]);
+        out.push('.');
+        out.push(HEX[usize::from(self.function & 0xf)] as char);
+        f.write_str(&out)
     }
 }
 
@@ -318,15 +327,68 @@ impl<'de> Deserialize<'de> for LinkState {
 /// Formats a hardware address as lower-case colon-separated hex (any length: 6 bytes
 /// on Ethernet, 20 on IPoIB), as `ip link` prints it.
 pub fn format_hwaddr(addr: &[u8]) -> String {
-    addr.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    let mut out = String::with_capacity(addr.len() * 3);
+    push_hex_octets(&mut out, addr);
+    out
+}
+
+/// Lower-case hex digits.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `bytes` to `out` as two lower-case hex digits each, separated by `:`.
+fn push_hex_octets(out: &mut String, bytes: &[u8]) {
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_formatting_matches_the_format_macros() {
+        for v in [
+            0u64,
+            1,
+            0x0200_0000_0000_0001,
+            0x1122_3344_5566_7788,
+            u64::MAX,
+            0xab00_00cd_ef00_0012,
+        ] {
+            let b = v.to_be_bytes();
+            let want = b
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(":");
+            assert_eq!(Guid(v).to_string(), want);
+            assert_eq!(format_hwaddr(&b), want);
+        }
+        assert_eq!(format_hwaddr(&[]), "");
+        for (domain, bus, device, function) in [
+            (0u32, 0u8, 0u8, 0u8),
+            (0, 0xaf, 0, 2),
+            (0x1234, 0xff, 0x1f, 7),
+            (0x10000, 1, 2, 3),
+            (u32::MAX, 0x0a, 0x1b, 5),
+        ] {
+            let a = PciAddress {
+                domain,
+                bus,
+                device,
+                function,
+            };
+            assert_eq!(
+                a.to_string(),
+                format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")
+            );
+        }
+    }
 
     #[test]
     fn guid_round_trip_and_byte_order() {
