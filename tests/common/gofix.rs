@@ -195,19 +195,15 @@ pub fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
         .exec(&["ip", "addr", "add", &addr, "dev", "net1"])
         .status
         .success());
-    assert!(pod
-        .exec(&[
-            "ip",
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.56.217.1",
-            "dev",
-            "net1"
-        ])
-        .status
-        .success());
+    assert!(pod.exec(&go_default_route(&["ip"])).status.success());
+}
+
+/// `prefix` (`ip`, or `-n <netns>` for `ip_ok`) then the arguments of the default route
+/// the Go plugin's `ConfigureIface` adds in the pod for the fixtures' host-local gateway.
+pub fn go_default_route<'a>(prefix: &[&'a str]) -> Vec<&'a str> {
+    let mut v = prefix.to_vec();
+    v.extend("route add default via 10.56.217.1 dev net1".split(' '));
+    v
 }
 
 /// What the Go plugin's `cmdDel` does with its cache file `cache` for the DEL of

@@ -2801,17 +2801,7 @@ impl World {
         self.stats.plugin_calls += 1;
         let addr = crate::common::gofix::host_local_add(&self.host, &cid, &ppath, &conf);
         ip_ok(&["-n", &pns, "addr", "add", &addr, "dev", "net1"]).unwrap();
-        let _ = ip_ok(&[
-            "-n",
-            &pns,
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.56.217.1",
-            "dev",
-            "net1",
-        ]);
+        let _ = ip_ok(&crate::common::gofix::go_default_route(&["-n", &pns]));
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/go-cache")
             .join(f["dir"].as_str().unwrap())
