@@ -4,7 +4,7 @@
 //! ADD ([`go_add`]) and DEL ([`go_del`]) played on the emulated host.
 
 use super::emuhost::{EmuHost, HostSnapshot, Pod};
-use super::lab::{list, Lab, Run};
+use super::lab::{find_elem, list, Lab, Run};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -18,13 +18,12 @@ pub fn fixtures() -> PathBuf {
 pub fn manifest(name: &str) -> Value {
     let m: Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("manifest.json")).unwrap()).unwrap();
-    m["fixtures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("fixture {name} not in manifest.json"))
-        .clone()
+    find_elem(
+        &m["fixtures"],
+        |f| f["name"] == name,
+        || format!("fixture {name} not in manifest.json"),
+    )
+    .clone()
 }
 
 pub fn cni_path() -> String {
