@@ -272,11 +272,11 @@ pub fn assert_msg_has(e: &Value, needle: &str) {
 /// The first element of the JSON array `v` for which `pred` holds. Panics when `v` is
 /// not an array, and with the message `missing()` when no element matches.
 #[track_caller]
-pub fn find_elem<'a>(
-    v: &'a Value,
+pub fn find_elem(
+    v: &Value,
     pred: impl Fn(&Value) -> bool,
     missing: impl FnOnce() -> String,
-) -> &'a Value {
+) -> &Value {
     let arr = v.as_array().unwrap_or_else(|| panic!("not an array: {v}"));
     arr.iter()
         .find(|x| pred(x))
