@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::emuhost::{exec_in_netns, EmuOptions};
+use common::emuhost::{exec_in_netns, EmuOptions, Pod};
 use common::lab::{bin, Lab};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -45,11 +46,8 @@ fn scrape(lab: &Lab) -> (String, BTreeMap<String, f64>) {
         &[],
         None,
     );
-    assert!(
-        out.status.success(),
-        "exporter --once: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exporter --once: {err}");
     let text = String::from_utf8(out.stdout).unwrap();
     (text.clone(), parse(&text))
 }
@@ -87,35 +85,53 @@ fn pod_args(name: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME={name};K8S_POD_UID=uid-{name}")
 }
 
+/// The ADD of VF `vf` (config `lab.conf("1.0.0", vf)`) as container `cid-<name>` in a
+/// new pod that CNI_ARGS name `<name>` ([`pod_args`]): the pod, the config and the
+/// result. Panics when the ADD fails.
+fn add_named_pod(lab: &Lab, vf: u32, name: &str) -> (Pod, Value, Value) {
+    let pod = lab.host.new_pod();
+    let conf = lab.conf("1.0.0", vf);
+    let res = lab
+        .run(
+            "ADD",
+            &format!("cid-{name}"),
+            pod.netns(),
+            &conf,
+            &[("CNI_ARGS", &pod_args(name))],
+        )
+        .expect_ok();
+    (pod, conf, res)
+}
+
+/// The arguments of `ib-sriov exporter` serving on `listen` with host root `root` and
+/// stateDir `state`.
+fn served(listen: &str, root: &Path, state: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec!["exporter".into(), "--listen".into(), listen.into()];
+    v.extend([
+        "--host-root".into(),
+        root.into(),
+        "--state-dir".into(),
+        state.into(),
+    ]);
+    v
+}
+
+/// [`add_named_pod`] of VF 0 as pod `one`, then of VF 1 as pod `two`.
+fn pods_one_and_two(lab: &Lab) -> [(Pod, Value, Value); 2] {
+    [add_named_pod(lab, 0, "one"), add_named_pod(lab, 1, "two")]
+}
+
+/// The first address of CNI result `r`, without its prefix length.
+fn first_ip(r: &Value) -> String {
+    let a = r["ips"][0]["address"].as_str().unwrap();
+    a.split('/').next().unwrap().to_string()
+}
+
 #[test]
 fn traffic_moves_the_pods_counters_and_del_removes_its_series() {
     let lab = Lab::new(EmuOptions::default());
-    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
-    let (c1, c2) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
-    let r1 = lab
-        .run(
-            "ADD",
-            "cid-one",
-            p1.netns(),
-            &c1,
-            &[("CNI_ARGS", &pod_args("one"))],
-        )
-        .expect_ok();
-    lab.run(
-        "ADD",
-        "cid-two",
-        p2.netns(),
-        &c2,
-        &[("CNI_ARGS", &pod_args("two"))],
-    )
-    .expect_ok();
-    let ip1 = r1["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let [(p1, c1, r1), (p2, _, _)] = pods_one_and_two(&lab);
+    let ip1 = first_ip(&r1);
 
     // The test-only RDMA counters of VF 0's device: port_xmit_data in 4-byte words.
     let vf0 = lab.host.vf(0);
@@ -326,16 +342,7 @@ fn call_metrics_count_verbs_and_codes() {
 #[test]
 fn a_served_scrape_writes_nothing_but_its_answer() {
     let lab = Lab::new(EmuOptions::default());
-    let pod = lab.host.new_pod();
-    let conf = lab.conf("1.0.0", 0);
-    lab.run(
-        "ADD",
-        "cid-s",
-        pod.netns(),
-        &conf,
-        &[("CNI_ARGS", &pod_args("s"))],
-    )
-    .expect_ok();
+    let (_pod, _, _) = add_named_pod(&lab, 0, "s");
     let root = host_root(&lab);
     let log = tempfile::NamedTempFile::new().unwrap();
     let port = {
@@ -351,10 +358,7 @@ fn a_served_scrape_writes_nothing_but_its_answer() {
             "trace=openat,open,creat,mkdir,mkdirat,unlink,unlinkat,rename,renameat,renameat2,truncate,ftruncate,link,linkat,symlink,symlinkat,chmod,fchmod,fchmodat,chown,fchown,fchownat,mount,umount2,setxattr,fsetxattr,lsetxattr,utimensat,mknod,mknodat,write,writev,pwrite64,pwritev,sendfile,mmap,flock,fcntl",
         ])
         .arg(bin())
-        .args(["exporter", "--listen", &listen, "--host-root"])
-        .arg(root.path())
-        .arg("--state-dir")
-        .arg(&lab.state)
+        .args(served(&listen, root.path(), &lab.state))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -492,32 +496,8 @@ fn prom_query(addr: &str, q: &str) -> Vec<serde_json::Value> {
 #[test]
 fn every_dashboard_query_returns_series_for_the_pod() {
     let lab = Lab::new(EmuOptions::default());
-    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
-    let (c1, c2) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
-    let r1 = lab
-        .run(
-            "ADD",
-            "cid-one",
-            p1.netns(),
-            &c1,
-            &[("CNI_ARGS", &pod_args("one"))],
-        )
-        .expect_ok();
-    lab.run(
-        "ADD",
-        "cid-two",
-        p2.netns(),
-        &c2,
-        &[("CNI_ARGS", &pod_args("two"))],
-    )
-    .expect_ok();
-    let ip1 = r1["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let [(p1, c1, r1), (p2, _, _)] = pods_one_and_two(&lab);
+    let ip1 = first_ip(&r1);
     // Test-only RDMA counters of both VFs' devices (the emulated tree has none), moved
     // below with the traffic.
     let rdma_dir = |n: u32| {
@@ -545,10 +525,7 @@ fn every_dashboard_query_returns_series_for_the_pod() {
     let exp_addr = format!("127.0.0.1:{}", free_port());
     let _exporter = Killed(
         std::process::Command::new(bin())
-            .args(["exporter", "--listen", &exp_addr, "--host-root"])
-            .arg(root.path())
-            .arg("--state-dir")
-            .arg(&lab.state)
+            .args(served(&exp_addr, root.path(), &lab.state))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -702,24 +679,7 @@ fn tmux(sock: &str, args: &[&str]) -> std::process::Output {
 #[test]
 fn top_shows_the_pods_sorted_by_rate_and_q_quits() {
     let lab = Lab::new(EmuOptions::default());
-    let (p1, p2) = (lab.host.new_pod(), lab.host.new_pod());
-    let (c1, c2) = (lab.conf("1.0.0", 0), lab.conf("1.0.0", 1));
-    lab.run(
-        "ADD",
-        "cid-one",
-        p1.netns(),
-        &c1,
-        &[("CNI_ARGS", &pod_args("one"))],
-    )
-    .expect_ok();
-    lab.run(
-        "ADD",
-        "cid-two",
-        p2.netns(),
-        &c2,
-        &[("CNI_ARGS", &pod_args("two"))],
-    )
-    .expect_ok();
+    let [(p1, _, _), (p2, _, _)] = pods_one_and_two(&lab);
     let root = host_root(&lab);
     let sock = format!("ib-sriov-top-{}", std::process::id());
     let cmd = format!(

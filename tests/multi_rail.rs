@@ -41,24 +41,14 @@ fn rail_conf(lab: &Lab, k: u32, one_network: bool) -> Value {
             format!("10.60.{k}.1"),
         )
     };
-    json!({
-        "cniVersion": "1.0.0",
-        "name": name,
-        "type": "ib-sriov",
-        "deviceID": lab.host.vf(k).addr,
-        "stateDir": lab.state,
-        "goCacheDir": lab.host.root().join("go-cache"),
-        "logLevel": "debug",
-        "runtimeConfig": {"infinibandGUID": format!("02:00:00:00:00:00:aa:{:02x}", k + 1)},
-        "link_state": "enable",
-        "ipam": {
-            "type": "ib-sriov-ipam",
-            "subnet": subnet,
-            "gateway": gw,
-            "routes": [{"dst": "10.0.0.0/8"}],
-            "dataDir": lab.data,
-        }
-    })
+    let mut c = lab.conf("1.0.0", k);
+    c["name"] = json!(name);
+    c["runtimeConfig"] = json!({"infinibandGUID": format!("02:00:00:00:00:00:aa:{:02x}", k + 1)});
+    c["link_state"] = json!("enable");
+    c["ipam"]["subnet"] = json!(subnet);
+    c["ipam"]["gateway"] = json!(gw);
+    c["ipam"]["routes"] = json!([{"dst": "10.0.0.0/8"}]);
+    c
 }
 
 fn ifname(k: u32) -> String {
@@ -189,25 +179,34 @@ fn run_rails(one_network: bool, parallel: bool, seed: u64) {
     assert_eq!(lab.host.snapshot(), before, "host after every DEL");
 }
 
-#[test]
-fn eight_rails_one_network_sequential() {
-    run_rails(true, false, 0x5eed_0001);
+/// One `#[test]` per row: (name, one network for all rails, DELs in parallel, seed).
+macro_rules! rails_tests {
+    ($(($name:ident, $one_network:expr, $parallel:expr, $seed:expr)),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                run_rails($one_network, $parallel, $seed);
+            }
+        )*
+    };
 }
 
-#[test]
-fn eight_rails_one_network_parallel() {
-    run_rails(true, true, 0x5eed_0002);
-}
-
-#[test]
-fn eight_rails_eight_networks_sequential() {
-    run_rails(false, false, 0x5eed_0003);
-}
-
-#[test]
-fn eight_rails_eight_networks_parallel() {
-    run_rails(false, true, 0x5eed_0004);
-}
+rails_tests![
+    (eight_rails_one_network_sequential, true, false, 0x5eed_0001),
+    (eight_rails_one_network_parallel, true, true, 0x5eed_0002),
+    (
+        eight_rails_eight_networks_sequential,
+        false,
+        false,
+        0x5eed_0003
+    ),
+    (
+        eight_rails_eight_networks_parallel,
+        false,
+        true,
+        0x5eed_0004
+    ),
+];
 
 /// `conf/multi-rail-same-subnet.conflist` as shipped, through libcni, for 8 rails of one
 /// pod: tuning sets `arp_ignore=1`/`arp_announce=2` in the pod (same-subnet rails must

@@ -14,7 +14,7 @@
 mod common;
 
 use common::emuhost::link_addrs;
-use common::lab::list;
+use common::lab::{conf_for_device, find_elem, ipam_allocations, list, stdout_json};
 use ib_sriov_cni::netlink::Netlink;
 use ib_sriov_cni::netns::NetNs;
 use ib_sriov_cni::rdma::{errno, NetnsMode, RdmaError, RdmaOps, RdmaSocket};
@@ -99,15 +99,7 @@ fn ip_json(args: &[&str]) -> Value {
 /// Names under `/sys/bus/pci/devices/<addr>/net/` (the netdevs of a PCI device in the
 /// guest's initial netns), read with std::fs.
 fn sysfs_netdevs(addr: &str) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(format!("/sys/bus/pci/devices/{addr}/net"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    list(Path::new(&format!("/sys/bus/pci/devices/{addr}/net")))
 }
 
 /// The single netdev of VF `addr` in the host, waiting up to `wait` for it.
@@ -310,24 +302,13 @@ impl Plugin {
 
     /// The plugin's configuration for VF `vf` with the built-in IPAM.
     fn conf(&self, vf: &str) -> Value {
-        json!({
-            "cniVersion": "1.0.0",
-            "name": NET,
-            "type": "ib-sriov",
-            "deviceID": vf,
-            "stateDir": self.state(),
-            // The guest sees the host's root read-only (virtme-ng): the Go plugin's
-            // cache files ADD writes for a rollback go to the test's directory.
-            "goCacheDir": self.dir.path().join("go-cache"),
-            "logLevel": "debug",
-            "ipam": {
-                "type": "ib-sriov-ipam",
-                "subnet": "10.56.217.0/24",
-                "gateway": "10.56.217.1",
-                "routes": [{"dst": "192.168.0.0/16"}],
-                "dataDir": self.data(),
-            }
-        })
+        // The guest sees the host's root read-only (virtme-ng): the Go plugin's cache
+        // files ADD writes for a rollback go to the test's directory.
+        let go_cache = self.dir.path().join("go-cache");
+        let mut c = conf_for_device(vf, &self.state(), &go_cache, &self.data());
+        c["cniVersion"] = json!("1.0.0");
+        c["name"] = json!(NET);
+        c
     }
 
     /// Runs the real binary with `conf` on stdin, the environment a runtime gives it
@@ -368,16 +349,9 @@ impl Plugin {
             .write_all(conf.to_string().as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
-        let stdout = text(&out.stdout);
-        let json = if stdout.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&stdout)
-                .unwrap_or_else(|e| panic!("{cmd}: stdout is not JSON ({e}): {stdout:?}"))
-        };
         Run {
             ok: out.status.success(),
-            json,
+            json: stdout_json(cmd, &text(&out.stdout)),
             stderr: text(&out.stderr),
         }
     }
@@ -390,15 +364,7 @@ impl Plugin {
     }
 
     fn allocations(&self) -> Vec<String> {
-        list(&self.data().join(NET))
-            .into_iter()
-            .filter(|n| {
-                n != "lock"
-                    && n != "boot_id"
-                    && !n.starts_with("last_reserved_ip")
-                    && !n.starts_with('.')
-            })
-            .collect()
+        ipam_allocations(&self.data().join(NET))
     }
 }
 
@@ -406,12 +372,11 @@ impl Plugin {
 /// configured route, and carries the VF's MAC.
 fn assert_attached(pod: &Pod, result: &Value, mac: &str) {
     let links = pod.links();
-    let l = links
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["ifname"] == IFNAME)
-        .unwrap_or_else(|| panic!("{IFNAME} not in the pod: {links}"));
+    let l = find_elem(
+        &links,
+        |l| l["ifname"] == IFNAME,
+        || format!("{IFNAME} not in the pod: {links}"),
+    );
     assert_eq!(l["address"], mac, "the pod's {IFNAME} is the VF netdev");
     assert!(l["flags"].as_array().unwrap().iter().any(|f| f == "UP"));
     let want = result["ips"][0]["address"]
@@ -567,24 +532,34 @@ fn add_check_del_del_igbvf_with_builtin_ipam() {
     assert_eq!(host_snapshot(), before, "second DEL changes nothing");
 }
 
+/// VF 1 attached as `cid-<tag>` to pod `<tag>` (its netdev left the host), then the
+/// pod's netns deleted; what the two netns-deleted cases start from: the VF (a leaked
+/// `&'static str`, one per case), its netdev's name and ifindex and [`host_snapshot`]
+/// before the ADD, the plugin, the deleted netns' path and the config.
+fn attached_then_netns_deleted(
+    tag: &str,
+) -> (&'static str, String, u32, Value, Plugin, String, Value) {
+    let vf: &'static str = vfs()[1].clone().leak();
+    let name = vf_netdev(vf, Duration::ZERO);
+    let index = ifindex_of(&name);
+    let before = host_snapshot();
+    let p = Plugin::new();
+    let pod = Pod::new(tag);
+    let conf = p.conf(vf);
+    p.run("ADD", &format!("cid-{tag}"), &pod.path(), &conf)
+        .expect_ok("ADD");
+    assert!(sysfs_netdevs(vf).is_empty(), "VF netdev left the host");
+    pod.delete();
+    (vf, name, index, before, p, pod.path(), conf)
+}
+
 /// The pod netns is deleted before DEL: the kernel returns the real VF netdev to the
 /// host under the pod-side name (a veth would be destroyed instead); DEL renames it back
 /// to its original name with its original ifindex, and releases the address.
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn del_after_netns_deleted_renames_returned_vf_netdev() {
-    let vf = &vfs()[1];
-    let name = vf_netdev(vf, Duration::ZERO);
-    let index = ifindex_of(&name);
-    let before = host_snapshot();
-    let p = Plugin::new();
-    let pod = Pod::new("gone");
-    let conf = p.conf(vf);
-    p.run("ADD", "cid-gone", &pod.path(), &conf)
-        .expect_ok("ADD");
-    assert!(sysfs_netdevs(vf).is_empty());
-    let netns_path = pod.path();
-    pod.delete();
+    let (vf, name, index, before, p, netns_path, conf) = attached_then_netns_deleted("gone");
 
     // The kernel's netns cleanup (asynchronous) moves the VF netdev back to init_net,
     // keeping the name it had in the pod.
@@ -611,17 +586,7 @@ fn del_after_netns_deleted_renames_returned_vf_netdev() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn del_racing_netns_cleanup_still_restores_name() {
-    let vf = &vfs()[1];
-    let name = vf_netdev(vf, Duration::ZERO);
-    let index = ifindex_of(&name);
-    let before = host_snapshot();
-    let p = Plugin::new();
-    let pod = Pod::new("race");
-    let conf = p.conf(vf);
-    p.run("ADD", "cid-race", &pod.path(), &conf)
-        .expect_ok("ADD");
-    let netns_path = pod.path();
-    pod.delete();
+    let (vf, name, index, before, p, netns_path, conf) = attached_then_netns_deleted("race");
     let del = p.run("DEL", "cid-race", &netns_path, &conf);
     let settled = vf_netdev(vf, Duration::from_secs(60));
     // Give a late return a moment to show a wrong name, then compare.
@@ -1402,6 +1367,31 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
     p.run("DEL", "cid-wkb", &b.path(), &cb).expect_ok("DEL b");
 }
 
+/// Starts `server` (stdout and stderr captured), runs `client` a second later and
+/// waits for both; prints both outcomes as a `lab-figure` line and panics unless both
+/// succeeded (`what` names them). The client's output.
+fn server_then_client(what: &str, server: &mut Command, client: &mut Command) -> Output {
+    let server = server
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let client = client.output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    eprintln!(
+        "lab-figure: {what} client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
+        client.status.code(),
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status.code(),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(client.status.success() && server.status.success(), "{what}");
+    client
+}
+
 /// The link-local IPv6 address of `netdev` (its EUI-64 one, which rxe's GID 0 is).
 fn link_local(netdev: &str) -> String {
     let v = ip_json(&["-6", "addr", "show", "dev", netdev, "scope", "link"]);
@@ -1493,46 +1483,16 @@ fn walkthrough_rping_and_ib_write_bw_over_rxe_through_the_emulated_igb() {
     );
 
     // rping over rdma_cm: server on VF 1's address, client reaches it through VF 0.
-    let server = Command::new("timeout")
-        .args([
-            "60",
-            "rping",
-            "-s",
-            "-v",
-            "-C",
-            "5",
-            "-a",
-            &format!("{ll1}%{n1}"),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let client = Command::new("timeout")
-        .args([
-            "60",
-            "rping",
-            "-c",
-            "-v",
-            "-C",
-            "5",
-            "-a",
-            &format!("{ll1}%{n0}"),
-        ])
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    eprintln!(
-        "lab-figure: rping client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
-        client.status.code(),
-        text(&client.stdout),
-        text(&client.stderr),
-        server.status.code(),
-        text(&server.stdout),
-        text(&server.stderr)
+    let rping = |mode: &str, at: String| {
+        let mut c = Command::new("timeout");
+        c.args(["60", "rping", mode, "-v", "-C", "5", "-a", &at]);
+        c
+    };
+    server_then_client(
+        "rping",
+        &mut rping("-s", format!("{ll1}%{n1}")),
+        &mut rping("-c", format!("{ll1}%{n0}")),
     );
-    assert!(client.status.success() && server.status.success(), "rping");
 
     // ib_write_bw: RDMA writes from rxevf0 to rxevf1 with GID 0 (the link-local
     // addresses); perftest's own exchange goes over TCP on 127.0.0.1.
@@ -1544,33 +1504,15 @@ fn walkthrough_rping_and_ib_write_bw_over_rxe_through_the_emulated_igb() {
         rxe_counter("rxevf1", "rcvd_pkts"),
     );
     let common = ["-x", "0", "-F", "-s", "65536", "-n", "200"];
-    let server = Command::new("timeout")
-        .args(["120", "ib_write_bw", "-d", "rxevf1"])
-        .args(common)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let client = Command::new("timeout")
-        .args(["120", "ib_write_bw", "-d", "rxevf0"])
-        .args(common)
-        .arg("127.0.0.1")
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    eprintln!(
-        "lab-figure: ib_write_bw client exit {:?}:\n{}{}\nserver exit {:?}:\n{}{}",
-        client.status.code(),
-        text(&client.stdout),
-        text(&client.stderr),
-        server.status.code(),
-        text(&server.stdout),
-        text(&server.stderr)
-    );
-    assert!(
-        client.status.success() && server.status.success(),
-        "ib_write_bw"
+    let bw = |dev: &str| {
+        let mut c = Command::new("timeout");
+        c.args(["120", "ib_write_bw", "-d", dev]).args(common);
+        c
+    };
+    let client = server_then_client(
+        "ib_write_bw",
+        &mut bw("rxevf1"),
+        bw("rxevf0").arg("127.0.0.1"),
     );
     let after = (
         netdev_stat(&n0, "tx_bytes"),

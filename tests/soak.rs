@@ -45,7 +45,7 @@ mod common;
 
 use common::emuhost::{vf_netdev, vf_peer, EmuHost, EmuOptions, HostSnapshot, LinkSnapshot, Pod};
 use common::failpoints::{ADD_POINTS, DEL_POINTS};
-use common::lab::list;
+use common::lab::{ipam_allocations, list, plugin_conf};
 use common::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -216,23 +216,12 @@ fn main_seed() -> u64 {
 
 impl Soak {
     fn conf(&mut self, cid: &str, vf: u32) -> (Value, Option<PathBuf>) {
-        let mut c = json!({
-            "cniVersion": "1.0.0",
-            "name": NETWORK,
-            "type": "ib-sriov",
-            "deviceID": self.host.vf(vf).addr,
-            "stateDir": self.state,
-            "goCacheDir": self.host.root().join("go-cache"),
-            "logLevel": "debug",
-            "lockTimeoutMs": 15000,
-            "ipam": {
-                "type": "ib-sriov-ipam",
-                "subnet": format!("{SUBNET_PREFIX}0/24"),
-                "gateway": format!("{SUBNET_PREFIX}1"),
-                "routes": [{"dst": "192.168.0.0/16"}],
-                "dataDir": self.data,
-            }
-        });
+        let mut c = plugin_conf(&self.host, &self.state, &self.data, vf);
+        c["cniVersion"] = json!("1.0.0");
+        c["name"] = json!(NETWORK);
+        c["lockTimeoutMs"] = json!(15000);
+        c["ipam"]["subnet"] = json!(format!("{SUBNET_PREFIX}0/24"));
+        c["ipam"]["gateway"] = json!(format!("{SUBNET_PREFIX}1"));
         if self.rng.chance(50) {
             c["runtimeConfig"]["infinibandGUID"] = json!(format!(
                 "02:00:00:00:{:02x}:{:02x}:00:{:02x}",
@@ -288,6 +277,35 @@ impl Soak {
             15..=27 => Kill::Signal(Duration::from_micros(self.rng.below(20_000))),
             _ => Kill::None,
         }
+    }
+
+    /// DEL jobs for the live attachments: each picked with `share` percent (`None`: all,
+    /// drawing nothing), 35% of them with their pod netns deleted first, each with a
+    /// [`Soak::del_kill`] disturbance, retried until it succeeds when `until_ok`. Returns
+    /// the jobs and the VFs to re-create during the phase ([`Soak::delete_netns`]).
+    fn del_jobs(&mut self, share: Option<u64>, until_ok: bool) -> (Vec<Job>, Vec<(u32, Duration)>) {
+        let live: Vec<usize> = (0..self.atts.len())
+            .filter(|&i| self.atts[i].status == St::Live)
+            .collect();
+        let mut jobs = Vec::new();
+        let mut returns = Vec::new();
+        for i in live {
+            if share.is_some_and(|p| !self.rng.chance(p)) {
+                continue;
+            }
+            if self.rng.chance(35) {
+                returns.extend(self.delete_netns(i));
+            }
+            let k = self.del_kill();
+            jobs.push(Job {
+                att: i,
+                retry_add: false,
+                add: None,
+                del: Some((k, until_ok)),
+                contended: false,
+            });
+        }
+        (jobs, returns)
     }
 
     /// Deletes the pod netns of attachment `i` (a runtime DEL after the sandbox is gone).
@@ -370,26 +388,7 @@ impl Soak {
 
         // Phase 1: DELs of some live attachments, ADDs on a random subset of VFs (some
         // of them racing for one VF), in parallel.
-        let live: Vec<usize> = (0..self.atts.len())
-            .filter(|&i| self.atts[i].status == St::Live)
-            .collect();
-        let mut jobs = Vec::new();
-        let mut returns = Vec::new();
-        for i in live {
-            if self.rng.chance(50) {
-                if self.rng.chance(35) {
-                    returns.extend(self.delete_netns(i));
-                }
-                let k = self.del_kill();
-                jobs.push(Job {
-                    att: i,
-                    retry_add: false,
-                    add: None,
-                    del: Some((k, false)),
-                    contended: false,
-                });
-            }
-        }
+        let (mut jobs, returns) = self.del_jobs(Some(50), false);
         for vf in 0..VFS {
             if !self.rng.chance(55) {
                 continue;
@@ -1125,24 +1124,7 @@ fn soak_parallel_add_del_with_kills_and_deleted_netns() {
 
     // The end: DEL every live attachment (some netns deleted first, some DELs killed
     // and retried), then the host is as at the start.
-    let live: Vec<usize> = (0..s.atts.len())
-        .filter(|&i| s.atts[i].status == St::Live)
-        .collect();
-    let mut jobs = Vec::new();
-    let mut returns = Vec::new();
-    for i in live {
-        if s.rng.chance(35) {
-            returns.extend(s.delete_netns(i));
-        }
-        let k = s.del_kill();
-        jobs.push(Job {
-            att: i,
-            retry_add: false,
-            add: None,
-            del: Some((k, true)),
-            contended: false,
-        });
-    }
+    let (jobs, returns) = s.del_jobs(None, true);
     let results = s.run_phase(&jobs, &returns);
     s.apply(&jobs, results);
     s.check("the end", true);
@@ -1160,15 +1142,7 @@ fn soak_parallel_add_del_with_kills_and_deleted_netns() {
         journals.is_empty(),
         "seed {seed}: journals left: {journals:?}"
     );
-    let allocs: Vec<String> = list(&s.data.join(NETWORK))
-        .into_iter()
-        .filter(|n| {
-            n != "lock"
-                && n != "boot_id"
-                && !n.starts_with("last_reserved_ip.")
-                && !n.starts_with('.')
-        })
-        .collect();
+    let allocs = ipam_allocations(&s.data.join(NETWORK));
     assert!(
         allocs.is_empty(),
         "seed {seed}: allocations left: {allocs:?}"

@@ -4,7 +4,7 @@
 //! ADD ([`go_add`]) and DEL ([`go_del`]) played on the emulated host.
 
 use super::emuhost::{EmuHost, HostSnapshot, Pod};
-use super::lab::{list, Lab, Run};
+use super::lab::{find_elem, list, Lab, Run};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -18,13 +18,12 @@ pub fn fixtures() -> PathBuf {
 pub fn manifest(name: &str) -> Value {
     let m: Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("manifest.json")).unwrap()).unwrap();
-    m["fixtures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("fixture {name} not in manifest.json"))
-        .clone()
+    find_elem(
+        &m["fixtures"],
+        |f| f["name"] == name,
+        || format!("fixture {name} not in manifest.json"),
+    )
+    .clone()
 }
 
 pub fn cni_path() -> String {
@@ -195,19 +194,15 @@ pub fn go_add(lab: &Lab, f: &Value, pod: &Pod, conf: &Value) {
         .exec(&["ip", "addr", "add", &addr, "dev", "net1"])
         .status
         .success());
-    assert!(pod
-        .exec(&[
-            "ip",
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.56.217.1",
-            "dev",
-            "net1"
-        ])
-        .status
-        .success());
+    assert!(pod.exec(&go_default_route(&["ip"])).status.success());
+}
+
+/// `prefix` (`ip`, or `-n <netns>` for `ip_ok`) then the arguments of the default route
+/// the Go plugin's `ConfigureIface` adds in the pod for the fixtures' host-local gateway.
+pub fn go_default_route<'a>(prefix: &[&'a str]) -> Vec<&'a str> {
+    let mut v = prefix.to_vec();
+    v.extend("route add default via 10.56.217.1 dev net1".split(' '));
+    v
 }
 
 /// What the Go plugin's `cmdDel` does with its cache file `cache` for the DEL of

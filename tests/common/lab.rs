@@ -223,13 +223,22 @@ pub fn ipam_allocations(store: &Path) -> Vec<String> {
 /// stateDir `state`, the host's own Go cache directory, debug logging, and the built-in
 /// IPAM on 10.56.217.0/24 with its data in `data`.
 pub fn plugin_conf(host: &EmuHost, state: &Path, data: &Path, vf: u32) -> Value {
+    // The Go plugin's cache files ADD writes for a rollback: the host's own directory
+    // (doctor tests mirror it as /var/lib/cni/ib-sriov).
+    let go_cache = host.root().join("go-cache");
+    conf_for_device(&host.vf(vf).addr, state, &go_cache, data)
+}
+
+/// The plugin's configuration for the VF at PCI address `device` (without `cniVersion`
+/// and `name`): stateDir `state`, Go cache directory `go_cache`, debug logging, and the
+/// built-in IPAM on 10.56.217.0/24 (gateway .1, route 192.168.0.0/16) with its data in
+/// `data`. Also the real-kernel lab's (tests/real_kernel.rs).
+pub fn conf_for_device(device: &str, state: &Path, go_cache: &Path, data: &Path) -> Value {
     json!({
         "type": "ib-sriov",
-        "deviceID": host.vf(vf).addr,
+        "deviceID": device,
         "stateDir": state,
-        // The Go plugin's cache files ADD writes for a rollback: the host's own
-        // directory (doctor tests mirror it as /var/lib/cni/ib-sriov).
-        "goCacheDir": host.root().join("go-cache"),
+        "goCacheDir": go_cache,
         "logLevel": "debug",
         "ipam": {
             "type": "ib-sriov-ipam",
@@ -260,6 +269,20 @@ pub fn assert_msg_has(e: &Value, needle: &str) {
     assert!(e["msg"].as_str().unwrap().contains(needle), "{e}");
 }
 
+/// The first element of the JSON array `v` for which `pred` holds. Panics when `v` is
+/// not an array, and with the message `missing()` when no element matches.
+#[track_caller]
+pub fn find_elem(
+    v: &Value,
+    pred: impl Fn(&Value) -> bool,
+    missing: impl FnOnce() -> String,
+) -> &Value {
+    let arr = v.as_array().unwrap_or_else(|| panic!("not an array: {v}"));
+    arr.iter()
+        .find(|x| pred(x))
+        .unwrap_or_else(|| panic!("{}", missing()))
+}
+
 /// The entry names of `dir`, sorted; empty when it cannot be read.
 pub fn list(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -271,6 +294,16 @@ pub fn list(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// A plugin's stdout parsed as JSON (`Null` when it is empty or white space). Panics,
+/// naming `what`, when it is not JSON.
+pub fn stdout_json(what: &str, stdout: &str) -> Value {
+    if stdout.trim().is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("{what}: stdout is not JSON ({e}): {stdout:?}"))
 }
 
 /// The outcome of one invocation.
@@ -289,15 +322,9 @@ pub struct Run {
 impl From<Output> for Run {
     fn from(o: Output) -> Run {
         let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-        let json = if stdout.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&stdout)
-                .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout:?}"))
-        };
         Run {
             ok: o.status.success(),
-            json,
+            json: stdout_json("the plugin", &stdout),
             stdout,
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }

@@ -117,33 +117,9 @@ const GO_FIXTURES: [(char, &str, usize); 3] = [
 /// One step. Its text form (`Display`/`parse`) is the `.ops` format: one op per line.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
-    Add {
-        cid: String,
-        ifn: String,
-        dev: usize,
-        net: Net,
-        guid: Option<String>,
-        ls: bool,
-        di: bool,
-        fp: Option<String>,
-        x: Option<String>,
-    },
-    Del {
-        cid: String,
-        ifn: String,
-        dev: usize,
-        net: Net,
-        nonetns: bool,
-        prev: bool,
-        fp: Option<String>,
-    },
-    Check {
-        cid: String,
-        ifn: String,
-        dev: usize,
-        net: Net,
-        stale: bool,
-    },
+    Add(AddOp),
+    Del(DelOp),
+    Check(CheckOp),
     Gc {
         net: Net,
         keep: Vec<(String, String)>,
@@ -196,9 +172,78 @@ pub enum Op {
     Wipe,
 }
 
+/// The attachment a CNI call (ADD, DEL, CHECK) is for: container, interface, device
+/// (index into `DEVS`), network. Its text form: `<cid> <ifn> <device> <network>`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub cid: String,
+    pub ifn: String,
+    pub dev: usize,
+    pub net: Net,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (cid, ifn) = (&self.cid, &self.ifn);
+        write!(f, "{cid} {ifn} {} {}", DEVS[self.dev].0, self.net.name())
+    }
+}
+
+impl Target {
+    fn key(&self) -> (String, String) {
+        (self.cid.clone(), self.ifn.clone())
+    }
+}
+
+/// An ADD: GUID and link state asked for (`guid`, `ls`), a device-info file (`di`), a fail
+/// point (`fp`, `<point>=kill|error`), the external IPAM's behaviour (`x`: fail, slow).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AddOp {
+    pub t: Target,
+    pub guid: Option<String>,
+    pub ls: bool,
+    pub di: bool,
+    pub fp: Option<String>,
+    pub x: Option<String>,
+}
+
+/// A DEL: with no CNI_NETNS (`nonetns`), with a prevResult (`prev`), a fail point (`fp`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelOp {
+    pub t: Target,
+    pub nonetns: bool,
+    pub prev: bool,
+    pub fp: Option<String>,
+}
+
+impl DelOp {
+    /// A DEL of `t` as a runtime sends it: CNI_NETNS set, no prevResult, no fail point.
+    fn plain(t: Target) -> DelOp {
+        DelOp {
+            t,
+            nonetns: false,
+            prev: false,
+            fp: None,
+        }
+    }
+}
+
+/// A CHECK; `stale`: with a prevResult whose address is not the attachment's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckOp {
+    pub t: Target,
+    pub stale: bool,
+}
+
 fn opt_kv(out: &mut String, k: &str, v: &Option<String>) {
     if let Some(v) = v {
         let _ = write!(out, " {k}={v}");
+    }
+}
+
+fn flag_word(out: &mut String, word: &str, on: bool) {
+    if on {
+        let _ = write!(out, " {word}");
     }
 }
 
@@ -207,57 +252,23 @@ impl std::fmt::Display for Op {
         let d = |i: &usize| DEVS[*i].0;
         let mut s = String::new();
         match self {
-            Op::Add {
-                cid,
-                ifn,
-                dev,
-                net,
-                guid,
-                ls,
-                di,
-                fp,
-                x,
-            } => {
-                let _ = write!(s, "add {cid} {ifn} {} {}", d(dev), net.name());
-                opt_kv(&mut s, "guid", guid);
-                if *ls {
-                    s += " ls";
-                }
-                if *di {
-                    s += " di";
-                }
-                opt_kv(&mut s, "fp", fp);
-                opt_kv(&mut s, "x", x);
+            Op::Add(a) => {
+                let _ = write!(s, "add {}", a.t);
+                opt_kv(&mut s, "guid", &a.guid);
+                flag_word(&mut s, "ls", a.ls);
+                flag_word(&mut s, "di", a.di);
+                opt_kv(&mut s, "fp", &a.fp);
+                opt_kv(&mut s, "x", &a.x);
             }
-            Op::Del {
-                cid,
-                ifn,
-                dev,
-                net,
-                nonetns,
-                prev,
-                fp,
-            } => {
-                let _ = write!(s, "del {cid} {ifn} {} {}", d(dev), net.name());
-                if *nonetns {
-                    s += " nonetns";
-                }
-                if *prev {
-                    s += " prev";
-                }
-                opt_kv(&mut s, "fp", fp);
+            Op::Del(d) => {
+                let _ = write!(s, "del {}", d.t);
+                flag_word(&mut s, "nonetns", d.nonetns);
+                flag_word(&mut s, "prev", d.prev);
+                opt_kv(&mut s, "fp", &d.fp);
             }
-            Op::Check {
-                cid,
-                ifn,
-                dev,
-                net,
-                stale,
-            } => {
-                let _ = write!(s, "check {cid} {ifn} {} {}", d(dev), net.name());
-                if *stale {
-                    s += " stale";
-                }
+            Op::Check(c) => {
+                let _ = write!(s, "check {}", c.t);
+                flag_word(&mut s, "stale", c.stale);
             }
             Op::Gc { net, keep, fp } => {
                 let k: Vec<String> = keep.iter().map(|(c, i)| format!("{c}/{i}")).collect();
@@ -350,34 +361,34 @@ impl Op {
                 .find_map(|x| x.strip_prefix(&format!("{k}=")))
                 .map(str::to_string)
         };
-        let op = match w[0] {
-            "add" => Op::Add {
+        let target = || -> Result<Target, String> {
+            Ok(Target {
                 cid: s(1)?,
                 ifn: s(2)?,
                 dev: dev(3)?,
                 net: net(4)?,
+            })
+        };
+        let op = match w[0] {
+            "add" => Op::Add(AddOp {
+                t: target()?,
                 guid: kv("guid"),
                 ls: flag("ls"),
                 di: flag("di"),
                 fp: kv("fp"),
                 x: kv("x"),
-            },
-            "del" => Op::Del {
-                cid: s(1)?,
-                ifn: s(2)?,
-                dev: dev(3)?,
-                net: net(4)?,
+            }),
+            "del" => Op::Del(DelOp {
+                t: target()?,
                 nonetns: flag("nonetns"),
                 prev: flag("prev"),
                 fp: kv("fp"),
-            },
-            "check" => Op::Check {
-                cid: s(1)?,
-                ifn: s(2)?,
-                dev: dev(3)?,
-                net: net(4)?,
+            }),
+            "status" => Op::Status { net: net(1)? },
+            "check" => Op::Check(CheckOp {
+                t: target()?,
                 stale: flag("stale"),
-            },
+            }),
             "gc" => {
                 let k = s(2)?;
                 let keep = if k == "-" {
@@ -394,7 +405,6 @@ impl Op {
                     fp: kv("fp"),
                 }
             }
-            "status" => Op::Status { net: net(1)? },
             "goadd" => Op::GoAdd(s(1)?.chars().next().unwrap_or('a')),
             "godel" => Op::GoDel(s(1)?.chars().next().unwrap_or('a')),
             "rmns" => Op::RmNs {
@@ -423,14 +433,14 @@ impl Op {
             "reboot" => Op::Reboot,
             "fix" => Op::Fix(dev(1)?),
             "quiesce" => Op::Quiesce,
-            "rmgo" => Op::RmGo {
-                cid: s(1)?,
-                ifn: s(2)?,
-            },
-            "corruptgo" => Op::CorruptGo {
-                cid: s(1)?,
-                ifn: s(2)?,
-            },
+            "rmgo" | "corruptgo" => {
+                let (cid, ifn) = (s(1)?, s(2)?);
+                if w[0] == "rmgo" {
+                    Op::RmGo { cid, ifn }
+                } else {
+                    Op::CorruptGo { cid, ifn }
+                }
+            }
             "wipe" => Op::Wipe,
             other => return Err(format!("unknown op {other:?}")),
         };
@@ -449,14 +459,14 @@ impl Op {
             })
         };
         match self {
-            Op::Add { fp, x, .. } => {
-                let mut v: Vec<String> = fp_kind(fp).into_iter().collect();
-                if let Some(x) = x {
+            Op::Add(a) => {
+                let mut v: Vec<String> = fp_kind(&a.fp).into_iter().collect();
+                if let Some(x) = &a.x {
                     v.push(format!("extipam-{x}"));
                 }
                 v
             }
-            Op::Del { fp, .. } | Op::Gc { fp, .. } => fp_kind(fp).into_iter().collect(),
+            Op::Del(DelOp { fp, .. }) | Op::Gc { fp, .. } => fp_kind(fp).into_iter().collect(),
             Op::Par(ops) => ops.iter().flat_map(|o| o.faults()).collect(),
             Op::RmNs { destroy, .. } => vec![if *destroy {
                 "netns-gone-destroyed".into()
@@ -475,6 +485,18 @@ impl Op {
             Op::CorruptGo { .. } => vec!["gocache-corrupt".into()],
             Op::Wipe => vec!["statedir-wiped".into()],
             _ => Vec::new(),
+        }
+    }
+}
+
+impl Op {
+    /// The attachment a CNI call (ADD, DEL, CHECK) is for; `None` for other ops.
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            Op::Add(AddOp { t, .. }) | Op::Del(DelOp { t, .. }) | Op::Check(CheckOp { t, .. }) => {
+                Some(t)
+            }
+            _ => None,
         }
     }
 }
@@ -538,6 +560,15 @@ pub struct Att {
 impl Att {
     fn key(&self) -> (String, String) {
         (self.cid.clone(), self.ifn.clone())
+    }
+    /// What a CNI call for it names.
+    fn target(&self) -> Target {
+        Target {
+            cid: self.cid.clone(),
+            ifn: self.ifn.clone(),
+            dev: self.dev,
+            net: self.net,
+        }
     }
     fn holds(&self) -> bool {
         matches!(self.st, St::Live | St::Maybe)
@@ -844,6 +875,16 @@ fn ns_links_sel(ns: &str, addrs_of: impl Fn(&str) -> bool) -> Option<Vec<LinkSna
     Some(v)
 }
 
+/// Go fixture `fx`'s manifest entry, device, container ID and attachment key (`None`:
+/// no such fixture).
+fn go_attachment(fx: char) -> Option<(Value, usize, String, (String, String))> {
+    let (name, dev) = go_fixture(fx)?;
+    let f = crate::common::gofix::manifest(name);
+    let cid = f["containerID"].as_str().unwrap().to_string();
+    let key = (cid.clone(), "net1".to_string());
+    Some((f, dev, cid, key))
+}
+
 fn go_fixture(c: char) -> Option<(&'static str, usize)> {
     GO_FIXTURES.iter().find(|f| f.0 == c).map(|f| (f.1, f.2))
 }
@@ -1114,12 +1155,7 @@ impl World {
         // that ran.
         let group = matches!(
             op,
-            Op::Add { .. }
-                | Op::Del { .. }
-                | Op::Check { .. }
-                | Op::Status { .. }
-                | Op::Gc { .. }
-                | Op::Par(_)
+            Op::Add(_) | Op::Del(_) | Op::Check(_) | Op::Status { .. } | Op::Gc { .. } | Op::Par(_)
         );
         let (ran, faults) = match self.group_ran.take() {
             Some(members) if group => (
@@ -1253,7 +1289,7 @@ impl World {
 
     fn exec(&mut self, op: &Op) -> Result<(), Violation> {
         match op {
-            Op::Add { .. } | Op::Del { .. } | Op::Check { .. } | Op::Status { .. } => {
+            Op::Add(_) | Op::Del(_) | Op::Check(_) | Op::Status { .. } => {
                 self.run_group(std::slice::from_ref(op))
             }
             Op::Gc { .. } => self.run_group(std::slice::from_ref(op)),
@@ -1381,23 +1417,12 @@ impl World {
                 {
                     return self.skip();
                 }
-                let vf = self.vf(d).unwrap();
-                self.host.unbind_vf(&vf).unwrap();
-                self.model.devs[d].bound = false;
-                for a in self.model.atts.values_mut() {
-                    if a.dev == d && a.holds() {
-                        a.netdev_ok = false;
-                    }
-                }
+                self.take_vf(d, false);
                 Ok(())
             }
             Op::Bind(d) => {
                 let d = *d;
-                if self.model.devs[d].bound
-                    || self.model.holder(d).is_some()
-                    || !self.model.devs[d].present
-                    || self.model.devs[d].squat.is_some()
-                {
+                if self.model.devs[d].bound || !self.model.devs[d].present || !self.vf_free(d) {
                     return self.skip();
                 }
                 let vf = self.vf(d).unwrap();
@@ -1415,22 +1440,12 @@ impl World {
                 if d != REMOVABLE || !self.model.devs[d].present {
                     return self.skip();
                 }
-                let vf = self.vf(d).unwrap();
-                self.host.remove_vf(&vf).unwrap();
-                self.model.devs[d].present = false;
-                for a in self.model.atts.values_mut() {
-                    if a.dev == d && a.holds() {
-                        a.netdev_ok = false;
-                    }
-                }
+                self.take_vf(d, true);
                 Ok(())
             }
             Op::AddVf(d) => {
                 let d = *d;
-                if self.model.devs[d].present
-                    || self.model.holder(d).is_some()
-                    || self.model.devs[d].squat.is_some()
-                {
+                if self.model.devs[d].present || !self.vf_free(d) {
                     return self.skip();
                 }
                 let vf = self.vf(d).unwrap();
@@ -1814,33 +1829,14 @@ impl World {
         let mut preps = Vec::new();
         for op in ops {
             let p = match op {
-                Op::Add {
-                    cid,
-                    ifn,
-                    dev,
-                    net,
-                    guid,
-                    ls,
-                    di,
-                    fp,
-                    x,
-                } => {
+                Op::Add(add_op) => {
+                    let Target { cid, ifn, dev, .. } = &add_op.t;
                     if !self.ensure_pod(cid) {
                         self.stats.skipped += 1;
                         continue;
                     }
-                    let mut conf = self.conf(*net, *dev);
-                    if let Some(g) = guid {
-                        conf["runtimeConfig"]["infinibandGUID"] = json!(g);
-                    }
-                    if *ls {
-                        conf["link_state"] = json!("enable");
-                    }
-                    if *di {
-                        conf["runtimeConfig"]["CNIDeviceInfoFile"] =
-                            json!(self.devinfo_dir.join(format!("{cid}-{ifn}.json")));
-                    }
-                    if let Some(x) = x {
+                    let conf = self.conf_for_add(add_op);
+                    if let Some(x) = &add_op.x {
                         std::fs::write(self.ctl.join(format!("{cid}-{ifn}.ADD")), x).unwrap();
                     }
                     let orphans: Vec<(String, String)> = self
@@ -1865,20 +1861,14 @@ impl World {
                         netns: self.netns_path(cid),
                         ifn: ifn.clone(),
                         conf,
-                        fp: fp.clone(),
-                        pre: self.model.atts.get(&(cid.clone(), ifn.clone())).cloned(),
+                        fp: add_op.fp.clone(),
+                        pre: self.model.atts.get(&add_op.t.key()).cloned(),
                         pre_holder: self.model.holder(*dev).cloned(),
                     }
                 }
-                Op::Del {
-                    cid,
-                    ifn,
-                    dev,
-                    net,
-                    nonetns,
-                    prev,
-                    fp,
-                } => {
+                Op::Del(del_op) => {
+                    let Target { cid, ifn, dev, net } = &del_op.t;
+                    let (nonetns, prev, fp) = (&del_op.nonetns, &del_op.prev, &del_op.fp);
                     let pre = self.model.atts.get(&(cid.clone(), ifn.clone())).cloned();
                     // A lost journal's attachment is found in its pod only through
                     // CNI_NETNS (the runtime sends it empty once the netns is gone).
@@ -1919,13 +1909,9 @@ impl World {
                         pre_holder: self.model.holder(*dev).cloned(),
                     }
                 }
-                Op::Check {
-                    cid,
-                    ifn,
-                    dev,
-                    net,
-                    stale,
-                } => {
+                Op::Check(check_op) => {
+                    let Target { cid, ifn, dev, net } = &check_op.t;
+                    let stale = &check_op.stale;
                     let pre = self.model.atts.get(&(cid.clone(), ifn.clone())).cloned();
                     let Some(a) = pre.clone().filter(|a| a.st == St::Live) else {
                         self.stats.skipped += 1;
@@ -2048,7 +2034,7 @@ impl World {
         };
         // Clean up the external IPAM's controls.
         for p in &preps {
-            if let Op::Add { x: Some(_), .. } = &p.op {
+            if let Op::Add(AddOp { x: Some(_), .. }) = &p.op {
                 let _ = std::fs::remove_file(self.ctl.join(format!("{}-{}.ADD", p.cid, p.ifn)));
             }
         }
@@ -2139,17 +2125,9 @@ impl World {
     ) -> Result<(), Violation> {
         let enospc = self.filled.is_some();
         match &op {
-            Op::Add {
-                cid,
-                ifn,
-                dev,
-                net,
-                guid,
-                di,
-                fp,
-                x,
-                ..
-            } => {
+            Op::Add(add_op) => {
+                let Target { cid, ifn, dev, net } = &add_op.t;
+                let (fp, x) = (&add_op.fp, &add_op.x);
                 let key = (cid.clone(), ifn.clone());
                 let go_orphans = self.go_orphans_pre.remove(&key).unwrap_or_default();
                 let dm = self.model.devs[*dev].clone();
@@ -2170,27 +2148,12 @@ impl World {
                         }
                         self.holders_maybe_finished(*dev, &key);
                         self.go_orphans_maybe_finished(&go_orphans);
-                        let conf = self.conf_for_add(&op);
+                        let conf = self.conf_for_add(add_op);
                         let vfio = DEVS[*dev].3 != DevKind::Netdev;
-                        let e = self.model.atts.entry(key.clone()).or_insert(Att {
-                            cid: cid.clone(),
-                            ifn: ifn.clone(),
-                            pod: cid.clone(),
-                            dev: *dev,
-                            net: *net,
-                            go: None,
-                            st: St::Maybe,
-                            addrs: Vec::new(),
-                            result: Value::Null,
-                            conf,
-                            guid: guid.clone(),
-                            devinfo: di.then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json"))),
-                            netdev_ok: !vfio && dm.bound && dm.present,
-                            ipam_may: true,
-                            gocache_may: false,
-                            boot: self.boot,
-                            wiped: false,
-                        });
+                        let mut att = self.att_of_add(add_op, conf, St::Maybe);
+                        att.netdev_ok = !vfio && dm.bound && dm.present;
+                        att.ipam_may = true;
+                        let e = self.model.atts.entry(key.clone()).or_insert(att);
                         if e.st != St::Live {
                             e.st = St::Maybe;
                         }
@@ -2289,31 +2252,13 @@ impl World {
                             .flatten()
                             .filter_map(|i| i["address"].as_str().map(str::to_string))
                             .collect();
-                        let conf = self.conf_for_add(&op);
+                        let conf = self.conf_for_add(add_op);
                         let vfio = DEVS[*dev].3 != DevKind::Netdev;
-                        self.model.atts.insert(
-                            key,
-                            Att {
-                                cid: cid.clone(),
-                                ifn: ifn.clone(),
-                                pod: cid.clone(),
-                                dev: *dev,
-                                net: *net,
-                                go: None,
-                                st: St::Live,
-                                addrs,
-                                result: res.clone(),
-                                conf,
-                                guid: guid.clone(),
-                                devinfo: di
-                                    .then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json"))),
-                                netdev_ok: !vfio,
-                                ipam_may: false,
-                                gocache_may: false,
-                                boot: self.boot,
-                                wiped: false,
-                            },
-                        );
+                        let mut att = self.att_of_add(add_op, conf, St::Live);
+                        att.addrs = addrs;
+                        att.result = res.clone();
+                        att.netdev_ok = !vfio;
+                        self.model.atts.insert(key, att);
                         // The first allocation of this boot from the store frees the
                         // earlier boots' records.
                         if matches!(net, Net::B | Net::X) && !vfio {
@@ -2337,7 +2282,7 @@ impl World {
                             // No journal says it exists: refused by its VF's holder or
                             // its name in the pod, or its device-info file left.
                             || pre.as_ref().is_some_and(|a| a.wiped)
-                            || di.then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json")))
+                            || add_op.di.then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json")))
                                 .is_some_and(|p| self.foreign.contains(&p))
                             || x.as_deref() == Some("fail")
                             || enospc
@@ -2357,9 +2302,8 @@ impl World {
                 }
                 Ok(())
             }
-            Op::Del {
-                cid, ifn, net, dev, ..
-            } => {
+            Op::Del(del_op) => {
+                let Target { cid, ifn, dev, net } = &del_op.t;
                 let key = (cid.clone(), ifn.clone());
                 let bound = Duration::from_secs(100);
                 if c.took > bound {
@@ -2439,9 +2383,9 @@ impl World {
                 }
                 Ok(())
             }
-            Op::Check {
-                stale, dev, net, ..
-            } => {
+            Op::Check(check_op) => {
+                let Target { dev, net, .. } = &check_op.t;
+                let stale = &check_op.stale;
                 let a = pre.unwrap();
                 let lock = self.lock_held_for(Some(*dev), Some(*net));
                 let strict = a.st == St::Live
@@ -2591,21 +2535,75 @@ impl World {
         }
     }
 
-    /// The conf an ADD op ran with (the runtime's DEL and CHECK send the same).
-    fn conf_for_add(&self, op: &Op) -> Value {
-        let Op::Add {
-            cid,
-            ifn,
-            dev,
-            net,
+    /// A new attachment of `t` as the model first knows it, made in this boot: in its own
+    /// pod (`<cid>`), state `st`, config `conf`, GUID `guid`, device-info file `devinfo`;
+    /// no Go fixture, addresses or result yet, its netdev not known to exist, no IPAM
+    /// records or Go cache file that may outlive it, its journal not wiped.
+    fn new_att(
+        &self,
+        t: &Target,
+        st: St,
+        conf: Value,
+        guid: Option<String>,
+        devinfo: Option<PathBuf>,
+    ) -> Att {
+        Att {
+            cid: t.cid.clone(),
+            ifn: t.ifn.clone(),
+            pod: t.cid.clone(),
+            dev: t.dev,
+            net: t.net,
+            go: None,
+            st,
+            addrs: Vec::new(),
+            result: Value::Null,
+            conf,
             guid,
-            ls,
-            di,
-            ..
-        } = op
-        else {
-            unreachable!()
-        };
+            devinfo,
+            netdev_ok: false,
+            ipam_may: false,
+            gocache_may: false,
+            boot: self.boot,
+            wiped: false,
+        }
+    }
+
+    /// [`World::new_att`] for ADD `add_op`: its GUID and device-info file.
+    fn att_of_add(&self, add_op: &AddOp, conf: Value, st: St) -> Att {
+        let Target { cid, ifn, .. } = &add_op.t;
+        let devinfo = add_op
+            .di
+            .then(|| self.devinfo_dir.join(format!("{cid}-{ifn}.json")));
+        self.new_att(&add_op.t, st, conf, add_op.guid.clone(), devinfo)
+    }
+
+    /// No attachment holds VF `d` and no dummy link squats its name.
+    fn vf_free(&self, d: usize) -> bool {
+        self.model.holder(d).is_none() && self.model.devs[d].squat.is_none()
+    }
+
+    /// Unbinds VF `d` from its driver, or removes it (`remove`): its netdev is gone, also
+    /// for the attachments that hold it.
+    fn take_vf(&mut self, d: usize, remove: bool) {
+        let vf = self.vf(d).unwrap();
+        if remove {
+            self.host.remove_vf(&vf).unwrap();
+            self.model.devs[d].present = false;
+        } else {
+            self.host.unbind_vf(&vf).unwrap();
+            self.model.devs[d].bound = false;
+        }
+        for a in self.model.atts.values_mut() {
+            if a.dev == d && a.holds() {
+                a.netdev_ok = false;
+            }
+        }
+    }
+
+    /// The conf an ADD op ran with (the runtime's DEL and CHECK send the same).
+    fn conf_for_add(&self, add_op: &AddOp) -> Value {
+        let Target { cid, ifn, dev, net } = &add_op.t;
+        let (guid, ls, di) = (&add_op.guid, &add_op.ls, &add_op.di);
         let mut conf = self.conf(*net, *dev);
         if let Some(g) = guid {
             conf["runtimeConfig"]["infinibandGUID"] = json!(g);
@@ -2755,12 +2753,9 @@ impl World {
     }
 
     fn go_add(&mut self, fx: char) -> Result<(), Violation> {
-        let Some((name, dev)) = go_fixture(fx) else {
+        let Some((f, dev, cid, key)) = go_attachment(fx) else {
             return self.skip();
         };
-        let f = crate::common::gofix::manifest(name);
-        let cid = f["containerID"].as_str().unwrap().to_string();
-        let key = (cid.clone(), "net1".to_string());
         let dm = self.model.devs[dev].clone();
         if self.model.holder(dev).is_some()
             || self.model.atts.contains_key(&key)
@@ -2801,17 +2796,7 @@ impl World {
         self.stats.plugin_calls += 1;
         let addr = crate::common::gofix::host_local_add(&self.host, &cid, &ppath, &conf);
         ip_ok(&["-n", &pns, "addr", "add", &addr, "dev", "net1"]).unwrap();
-        let _ = ip_ok(&[
-            "-n",
-            &pns,
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.56.217.1",
-            "dev",
-            "net1",
-        ]);
+        let _ = ip_ok(&crate::common::gofix::go_default_route(&["-n", &pns]));
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/go-cache")
             .join(f["dir"].as_str().unwrap())
@@ -2829,38 +2814,26 @@ impl World {
         let guid = stdin["runtimeConfig"]["infinibandGUID"]
             .as_str()
             .map(str::to_string);
-        self.model.atts.insert(
-            key,
-            Att {
-                cid,
-                ifn: "net1".into(),
-                pod,
-                dev,
-                net: Net::Go,
-                go: Some(fx),
-                st: St::Live,
-                addrs: vec![addr],
-                result: json!({"cniVersion": "1.0.0"}),
-                conf,
-                guid,
-                devinfo: None,
-                netdev_ok: true,
-                ipam_may: false,
-                gocache_may: false,
-                boot: self.boot,
-                wiped: false,
-            },
-        );
+        let t = Target {
+            cid,
+            ifn: "net1".into(),
+            dev,
+            net: Net::Go,
+        };
+        let mut att = self.new_att(&t, St::Live, conf, guid, None);
+        att.pod = pod;
+        att.go = Some(fx);
+        att.addrs = vec![addr];
+        att.result = json!({"cniVersion": "1.0.0"});
+        att.netdev_ok = true;
+        self.model.atts.insert(key, att);
         Ok(())
     }
 
     fn go_del(&mut self, fx: char) -> Result<(), Violation> {
-        let Some((name, _)) = go_fixture(fx) else {
+        let Some((_, _, cid, key)) = go_attachment(fx) else {
             return self.skip();
         };
-        let f = crate::common::gofix::manifest(name);
-        let cid = f["containerID"].as_str().unwrap().to_string();
-        let key = (cid.clone(), "net1".to_string());
         let Some(a) = self.model.atts.get(&key).cloned() else {
             return self.skip();
         };
@@ -2981,15 +2954,7 @@ impl World {
         for a in keys {
             let op = match a.go {
                 Some(fx) => Op::GoDel(fx),
-                None => Op::Del {
-                    cid: a.cid.clone(),
-                    ifn: a.ifn.clone(),
-                    dev: a.dev,
-                    net: a.net,
-                    nonetns: false,
-                    prev: false,
-                    fp: None,
-                },
+                None => Op::Del(DelOp::plain(a.target())),
             };
             self.exec(&op)?;
             self.sync();
@@ -3150,13 +3115,10 @@ impl World {
         }
         for a in keys {
             self.stats.checks += 1;
-            self.run_group(&[Op::Check {
-                cid: a.cid.clone(),
-                ifn: a.ifn.clone(),
-                dev: a.dev,
-                net: a.net,
+            self.run_group(&[Op::Check(CheckOp {
+                t: a.target(),
                 stale: false,
-            }])?;
+            })])?;
         }
         Ok(())
     }
@@ -3584,8 +3546,8 @@ fn classify(o: std::process::Output, took: Duration) -> Call {
 /// all of them.
 fn op_pods(op: &Op, out: &mut BTreeSet<String>) {
     match op {
-        Op::Add { cid, .. } | Op::Del { cid, .. } | Op::Check { cid, .. } => {
-            out.insert(cid.clone());
+        Op::Add(AddOp { t, .. }) | Op::Del(DelOp { t, .. }) | Op::Check(CheckOp { t, .. }) => {
+            out.insert(t.cid.clone());
         }
         Op::Par(v) => v.iter().for_each(|o| op_pods(o, out)),
         Op::GoAdd(c) | Op::GoDel(c) => {
@@ -3617,17 +3579,13 @@ fn op_pods(op: &Op, out: &mut BTreeSet<String>) {
 }
 
 fn op_dev(op: &Op) -> Option<usize> {
-    match op {
-        Op::Add { dev, .. } | Op::Del { dev, .. } | Op::Check { dev, .. } => Some(*dev),
-        _ => None,
-    }
+    op.target().map(|t| t.dev)
 }
 
 fn op_net(op: &Op) -> Option<Net> {
     match op {
-        Op::Add { net, .. } | Op::Del { net, .. } | Op::Check { net, .. } => Some(*net),
         Op::Gc { net, .. } | Op::Status { net } => Some(*net),
-        _ => None,
+        _ => op.target().map(|t| t.net),
     }
 }
 
@@ -3760,15 +3718,12 @@ impl Gen {
                                 fp: None,
                             });
                         } else {
-                            self.pending.push(Op::Del {
+                            self.pending.push(Op::Del(DelOp::plain(Target {
                                 cid: cid.clone(),
                                 ifn: ifn.clone(),
                                 dev,
                                 net,
-                                nonetns: false,
-                                prev: false,
-                                fp: None,
-                            });
+                            })));
                         }
                         // The runtime removes the netns (the DEL answers 102 while the
                         // pod lives: README).
@@ -3859,23 +3814,15 @@ impl Gen {
                 let held_att = m.atts.values().find(|a| a.dev == d && a.holds()).cloned();
                 for _ in 0..1 + self.rng.below(2) {
                     let o = match (&held_att, self.rng.below(3)) {
-                        (Some(a), 0) if a.go.is_none() => Op::Del {
-                            cid: a.cid.clone(),
-                            ifn: a.ifn.clone(),
-                            dev: a.dev,
-                            net: a.net,
-                            nonetns: false,
-                            prev: false,
-                            fp: None,
-                        },
+                        (Some(a), 0) if a.go.is_none() => Op::Del(DelOp::plain(a.target())),
                         (_, 1) => self.gc(w),
                         _ => {
                             let mut o = self.add(w, false);
-                            if let Op::Add { dev, net, .. } = &mut o {
+                            if let Op::Add(AddOp { t, .. }) = &mut o {
                                 if what.starts_with("ipam:") {
-                                    *net = Net::B;
+                                    t.net = Net::B;
                                 } else if held_att.is_none() {
-                                    *dev = d;
+                                    t.dev = d;
                                 }
                             }
                             o
@@ -4019,17 +3966,15 @@ impl Gen {
         } else {
             None
         };
-        Op::Add {
-            cid,
-            ifn,
-            dev,
-            net,
+        let t = Target { cid, ifn, dev, net };
+        Op::Add(AddOp {
+            t,
             guid,
             ls,
             di,
             fp,
             x,
-        }
+        })
     }
 
     fn del(&mut self, w: &World) -> Op {
@@ -4049,15 +3994,12 @@ impl Gen {
         } else {
             None
         };
-        Op::Del {
-            cid,
-            ifn,
-            dev,
-            net,
+        Op::Del(DelOp {
+            t: Target { cid, ifn, dev, net },
             nonetns: self.rng.pm(150),
             prev: self.rng.pm(100),
             fp,
-        }
+        })
     }
 
     fn check(&mut self, w: &World) -> Option<Op> {
@@ -4068,13 +4010,10 @@ impl Gen {
             .filter(|a| a.st == St::Live && a.go.is_none())
             .collect();
         let a = self.rng.pick(&v)?;
-        Some(Op::Check {
-            cid: a.cid.clone(),
-            ifn: a.ifn.clone(),
-            dev: a.dev,
-            net: a.net,
+        Some(Op::Check(CheckOp {
+            t: a.target(),
             stale: !a.addrs.is_empty() && self.rng.pm(150),
-        })
+        }))
     }
 
     fn gc(&mut self, w: &World) -> Op {
@@ -4109,13 +4048,7 @@ impl Gen {
                     net: *self.rng.pick(&NETS).unwrap(),
                 },
             };
-            let k = match &o {
-                Op::Add { cid, ifn, .. }
-                | Op::Del { cid, ifn, .. }
-                | Op::Check { cid, ifn, .. } => Some((cid.clone(), ifn.clone())),
-                _ => None,
-            };
-            if let Some(k) = k {
+            if let Some(k) = o.target().map(Target::key) {
                 if !keys.insert(k) {
                     continue;
                 }
@@ -4126,7 +4059,7 @@ impl Gen {
         // pod were given the same free ifname.
         let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
         v.retain(|o| match o {
-            Op::Add { cid, ifn, .. } => seen.insert((cid.clone(), ifn.clone())),
+            Op::Add(a) => seen.insert(a.t.key()),
             _ => true,
         });
         if v.len() == 1 {

@@ -12,6 +12,7 @@
  * values are only stored and read back: the real kernel code parses the netlink
  * messages, the module shows what it received.
  */
+#include <linux/err.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/if_arp.h>
@@ -42,13 +43,14 @@ struct vfguid_priv {
 
 static struct net_device *vfguid_dev;
 
-static int vfguid_check(struct net_device *dev, int vf)
+/* The state of VF `vf` of `dev`, or ERR_PTR(-EINVAL) when the PF has no such VF. */
+static struct vfguid_vf *vfguid_vf(struct net_device *dev, int vf)
 {
 	struct vfguid_priv *p = netdev_priv(dev);
 
 	if (vf < 0 || vf >= pci_num_vf(p->pdev) || vf >= VFGUID_MAX_VFS)
-		return -EINVAL;
-	return 0;
+		return ERR_PTR(-EINVAL);
+	return &p->vf[vf];
 }
 
 static netdev_tx_t vfguid_xmit(struct sk_buff *skb, struct net_device *dev)
@@ -59,15 +61,14 @@ static netdev_tx_t vfguid_xmit(struct sk_buff *skb, struct net_device *dev)
 
 static int vfguid_set_vf_guid(struct net_device *dev, int vf, u64 guid, int type)
 {
-	struct vfguid_priv *p = netdev_priv(dev);
-	int err = vfguid_check(dev, vf);
+	struct vfguid_vf *v = vfguid_vf(dev, vf);
 
-	if (err)
-		return err;
+	if (IS_ERR(v))
+		return PTR_ERR(v);
 	if (type == IFLA_VF_IB_NODE_GUID)
-		p->vf[vf].node_guid = guid;
+		v->node_guid = guid;
 	else if (type == IFLA_VF_IB_PORT_GUID)
-		p->vf[vf].port_guid = guid;
+		v->port_guid = guid;
 	else
 		return -EINVAL;
 	netdev_info(dev, "vf %d %s guid %016llx\n", vf,
@@ -78,28 +79,26 @@ static int vfguid_set_vf_guid(struct net_device *dev, int vf, u64 guid, int type
 static int vfguid_get_vf_guid(struct net_device *dev, int vf,
 			      struct ifla_vf_guid *node, struct ifla_vf_guid *port)
 {
-	struct vfguid_priv *p = netdev_priv(dev);
-	int err = vfguid_check(dev, vf);
+	struct vfguid_vf *v = vfguid_vf(dev, vf);
 
-	if (err)
-		return err;
+	if (IS_ERR(v))
+		return PTR_ERR(v);
 	node->vf = vf;
-	node->guid = p->vf[vf].node_guid;
+	node->guid = v->node_guid;
 	port->vf = vf;
-	port->guid = p->vf[vf].port_guid;
+	port->guid = v->port_guid;
 	return 0;
 }
 
 static int vfguid_set_vf_link_state(struct net_device *dev, int vf, int state)
 {
-	struct vfguid_priv *p = netdev_priv(dev);
-	int err = vfguid_check(dev, vf);
+	struct vfguid_vf *v = vfguid_vf(dev, vf);
 
-	if (err)
-		return err;
+	if (IS_ERR(v))
+		return PTR_ERR(v);
 	if (state < IFLA_VF_LINK_STATE_AUTO || state > IFLA_VF_LINK_STATE_DISABLE)
 		return -EINVAL;
-	p->vf[vf].link_state = state;
+	v->link_state = state;
 	netdev_info(dev, "vf %d link state %d\n", vf, state);
 	return 0;
 }
@@ -107,13 +106,12 @@ static int vfguid_set_vf_link_state(struct net_device *dev, int vf, int state)
 static int vfguid_get_vf_config(struct net_device *dev, int vf,
 				struct ifla_vf_info *ivi)
 {
-	struct vfguid_priv *p = netdev_priv(dev);
-	int err = vfguid_check(dev, vf);
+	struct vfguid_vf *v = vfguid_vf(dev, vf);
 
-	if (err)
-		return err;
+	if (IS_ERR(v))
+		return PTR_ERR(v);
 	ivi->vf = vf;
-	ivi->linkstate = p->vf[vf].link_state;
+	ivi->linkstate = v->link_state;
 	return 0;
 }
 

@@ -61,21 +61,30 @@ fn pf_vf_lines() -> BTreeMap<u32, (String, String, String)> {
         }
     }
     text.into_iter()
-        .map(|(n, t)| {
-            let after = |key: &str| {
-                t.split_whitespace()
-                    .skip_while(|w| *w != key)
-                    .nth(1)
-                    .unwrap_or_default()
-                    .trim_end_matches(',')
-                    .to_string()
-            };
-            (
-                n,
-                (after("NODE_GUID"), after("PORT_GUID"), after("link-state")),
-            )
-        })
+        .map(|(n, t)| (n, guids_and_link_state(&t)))
         .collect()
+}
+
+/// The storm's call durations of `runs` (per pod: (rail index, duration, outcome)) in
+/// order; a line in `failures` for every call (`cmd`: ADD or DEL) that failed, naming
+/// its VF of `picked`, its code, message and log.
+fn times_and_failures(
+    cmd: &str,
+    runs: &[Vec<(usize, Duration, Run)>],
+    picked: &[String],
+    failures: &mut Vec<String>,
+) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for (i, d, r) in runs.iter().flatten() {
+        times.push(*d);
+        if !r.ok {
+            failures.push(format!(
+                "{cmd} {} (VF {}): code {} {}\n{}",
+                i, picked[*i], r.json["code"], r.json["msg"], r.stderr
+            ));
+        }
+    }
+    times
 }
 
 /// `ip link set ibpf0 vf N <args>` (iproute2): one attribute per call, as the kernel's
@@ -532,16 +541,7 @@ fn ib_big_pf_storm_of_multi_rail_pods() {
     let adds = run_pods("ADD", &(0..rails).collect::<Vec<_>>());
     let t_adds = t0.elapsed();
     let mut failures = Vec::new();
-    let mut add_times = Vec::new();
-    for (i, d, r) in adds.iter().flatten() {
-        add_times.push(*d);
-        if !r.ok {
-            failures.push(format!(
-                "ADD {} (VF {}): code {} {}\n{}",
-                i, picked[*i], r.json["code"], r.json["msg"], r.stderr
-            ));
-        }
-    }
+    let add_times = times_and_failures("ADD", &adds, &picked, &mut failures);
     if failures.is_empty() {
         for (pi, pod) in pods.iter().enumerate() {
             for (r, (i, _, run)) in adds[pi].iter().enumerate() {
@@ -563,16 +563,7 @@ fn ib_big_pf_storm_of_multi_rail_pods() {
     let dels = run_pods("DEL", &(0..rails).rev().collect::<Vec<_>>());
     let t_dels = t1.elapsed();
     let checks = t0.elapsed() - t_adds - t_dels;
-    let mut del_times = Vec::new();
-    for (i, d, r) in dels.iter().flatten() {
-        del_times.push(*d);
-        if !r.ok {
-            failures.push(format!(
-                "DEL {} (VF {}): code {} {}\n{}",
-                i, picked[*i], r.json["code"], r.json["msg"], r.stderr
-            ));
-        }
-    }
+    let del_times = times_and_failures("DEL", &dels, &picked, &mut failures);
     let code11 = adds
         .iter()
         .chain(&dels)

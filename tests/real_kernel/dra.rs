@@ -29,14 +29,9 @@ fn dra(p: &Plugin, cmd: &str, nad: &Path, vf: &str, netns: &str) -> Run {
         .env("LIBCNI_CACHE_DIR", p.dir.path().join("libcni-cache"))
         .output()
         .expect("running the dra-driver-sriov stand-in");
-    let stdout = text(&out.stdout);
     Run {
         ok: out.status.success(),
-        json: if stdout.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-        },
+        json: stdout_json("the dra-driver-sriov stand-in", &text(&out.stdout)),
         stderr: text(&out.stderr),
     }
 }
@@ -44,13 +39,8 @@ fn dra(p: &Plugin, cmd: &str, nad: &Path, vf: &str, netns: &str) -> Run {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_dra_add_del_del_with_rdma_isolation() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
+    let (vf, name, rdma, before, p, pod) = ib_start(0, "dra");
     let guid = GUID_BASE + vf_index(vf) as u64;
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("dra");
     // The NAD's config: no deviceID (the driver adds it), no runtimeConfig.
     let mut nad = p.conf(vf);
     nad.as_object_mut().unwrap().remove("deviceID");
@@ -87,7 +77,7 @@ fn ib_dra_add_del_del_with_rdma_isolation() {
     let j: Value =
         serde_json::from_slice(&std::fs::read(p.state().join(format!("sb-dra:{IFNAME}"))).unwrap())
             .unwrap();
-    assert_eq!(j["vf"], vf.as_str(), "the injected deviceID");
+    assert_eq!(j["vf"], vf, "the injected deviceID");
     assert_eq!(j["pod"]["name"], "trainer-0");
     assert_eq!(j["guid"], guid_text(guid));
     assert_eq!(j["pfPortGuid"], guid_text(pf_port_guid()));

@@ -194,12 +194,11 @@ fn assert_ib_attached(
         link_addrs(l).iter().any(|a| a == want),
         "{want} on {ifname}: {l}"
     );
-    let iface = res["interfaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["name"] == ifname)
-        .unwrap_or_else(|| panic!("{ifname} in the result: {res}"));
+    let iface = find_elem(
+        &res["interfaces"],
+        |i| i["name"] == ifname,
+        || format!("{ifname} in the result: {res}"),
+    );
     assert_eq!(iface["mac"], addr, "result carries the pod-side address");
     assert_eq!(iface["pciID"], vf);
     assert!(
@@ -212,17 +211,7 @@ fn assert_ib_attached(
     );
     assert!(rdma_of(vf).is_empty(), "<VF>/infiniband empty in the host");
     assert!(sysfs_netdevs(vf).is_empty(), "<VF>/net empty in the host");
-    let t = pf_vf_text(vf_index(vf));
-    for needle in [
-        format!("NODE_GUID {}", guid_text(guid)),
-        format!("PORT_GUID {}", guid_text(guid)),
-        "link-state enable".to_string(),
-    ] {
-        assert!(
-            t.contains(&needle),
-            "PF reports {needle:?} for VF {vf}: {t}"
-        );
-    }
+    assert_pf_reports(vf, guid, "enable");
     let info: Value = serde_json::from_str(
         &std::fs::read_to_string(p.dir.path().join(format!("devinfo-{vf}.json"))).unwrap(),
     )
@@ -241,17 +230,39 @@ fn assert_ib_restored(vf: &str, name: &str, rdma: &str) {
     let l = &ip_json(&["link", "show", "dev", name])[0];
     assert_eq!(addr_guid(l["address"].as_str().unwrap()), orig, "{l}");
     assert_eq!(rdma_of(vf), vec![rdma.to_string()]);
-    let t = pf_vf_text(n);
+    assert_pf_reports(vf, orig, "auto");
+}
+
+/// `ip -d link show` of the PF reports GUID `guid` (node and port) and link state
+/// `state` for VF `vf`.
+fn assert_pf_reports(vf: &str, guid: u64, state: &str) {
+    let t = pf_vf_text(vf_index(vf));
     for needle in [
-        format!("NODE_GUID {}", guid_text(orig)),
-        format!("PORT_GUID {}", guid_text(orig)),
-        "link-state auto".to_string(),
+        format!("NODE_GUID {}", guid_text(guid)),
+        format!("PORT_GUID {}", guid_text(guid)),
+        format!("link-state {state}"),
     ] {
         assert!(
             t.contains(&needle),
             "PF reports {needle:?} for VF {vf}: {t}"
         );
     }
+}
+
+/// CHECK of `cid` in `pod` with `conf` and its ADD's result `res`, then its DEL: both
+/// succeed, and after udev settled the pod has only `lo` and no RDMA device. The DEL's
+/// log.
+fn ib_check_then_del(p: &Plugin, pod: &Pod, cid: &str, conf: &Value, res: &Value) -> String {
+    let mut check = conf.clone();
+    check["prevResult"] = res.clone();
+    p.run("CHECK", cid, &pod.path(), &check).expect_ok("CHECK");
+    let del = p.run("DEL", cid, &pod.path(), conf);
+    let log = del.stderr.clone();
+    del.expect_ok("DEL");
+    udev_settle();
+    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
+    assert!(pod_rdma(pod).is_empty(), "no RDMA device left in the pod");
+    log
 }
 
 /// The VF's netdev name and RDMA device before a test, with proof that udev named the
@@ -264,6 +275,26 @@ fn ib_vf_before(vf: &str) -> (String, String) {
     let rdma = rdma_of(vf);
     assert_eq!(rdma.len(), 1, "VF {vf} has one RDMA device: {rdma:?}");
     (name, rdma[0].clone())
+}
+
+/// Where most IB cases start: after [`ib_phase`], lab VF `i` (leaked as a `&'static str`,
+/// a few bytes a case), its netdev name and RDMA device ([`ib_vf_before`]), the host view
+/// before the case ([`ib_host_view`]), a plugin and a new pod `<tag>`.
+fn ib_start(i: usize, tag: &str) -> (&'static str, String, String, Value, Plugin, Pod) {
+    ib_phase();
+    let vf: &'static str = vfs()[i].clone().leak();
+    let (name, rdma) = ib_vf_before(vf);
+    (vf, name, rdma, ib_host_view(), Plugin::new(), Pod::new(tag))
+}
+
+/// ADD of `vf` as container `cid` into `pod` with [`Plugin::ib_conf`] (GUID `guid`, RDMA
+/// isolation), checked by [`assert_ib_attached`] (`rdma`: the VF's RDMA device): the
+/// config and the result.
+fn ib_attach(p: &Plugin, pod: &Pod, vf: &str, cid: &str, guid: u64, rdma: &str) -> (Value, Value) {
+    let conf = p.ib_conf(vf, guid, true);
+    let res = p.run("ADD", cid, &pod.path(), &conf).expect_ok("ADD");
+    assert_ib_attached(p, pod, &res, vf, IFNAME, guid, rdma);
+    (conf, res)
 }
 
 /// Waits up to `wait` for `cond`.
@@ -301,28 +332,9 @@ fn udev_settle() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_add_check_del_del_with_rdma_in_the_pod() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("ib");
-    let guid = 0x0200_0000_0000_0a01;
-    let conf = p.ib_conf(vf, guid, true);
-
-    let res = p.run("ADD", "cid-ib", &pod.path(), &conf).expect_ok("ADD");
-    assert_ib_attached(&p, &pod, &res, vf, IFNAME, guid, &rdma);
-    let mut check = conf.clone();
-    check["prevResult"] = res.clone();
-    p.run("CHECK", "cid-ib", &pod.path(), &check)
-        .expect_ok("CHECK");
-
-    let del = p.run("DEL", "cid-ib", &pod.path(), &conf);
-    let log = del.stderr.clone();
-    del.expect_ok("DEL");
-    udev_settle();
-    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
-    assert!(pod_rdma(&pod).is_empty(), "no RDMA device left in the pod");
+    let (vf, name, rdma, before, p, pod) = ib_start(0, "ib");
+    let (conf, res) = ib_attach(&p, &pod, vf, "cid-ib", 0x0200_0000_0000_0a01, &rdma);
+    let log = ib_check_then_del(&p, &pod, "cid-ib", &conf, &res);
     assert_ib_restored(vf, &name, &rdma);
     assert_eq!(
         ib_host_view(),
@@ -346,18 +358,8 @@ fn ib_add_check_del_del_with_rdma_in_the_pod() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_pod_netns_deleted_before_del() {
-    ib_phase();
-    let vf = &vfs()[1];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("ibgone");
-    let guid = 0x0200_0000_0000_0b02;
-    let conf = p.ib_conf(vf, guid, true);
-    let res = p
-        .run("ADD", "cid-ibgone", &pod.path(), &conf)
-        .expect_ok("ADD");
-    assert_ib_attached(&p, &pod, &res, vf, IFNAME, guid, &rdma);
+    let (vf, name, rdma, before, p, pod) = ib_start(1, "ibgone");
+    let (conf, _) = ib_attach(&p, &pod, vf, "cid-ibgone", 0x0200_0000_0000_0b02, &rdma);
     let netns = pod.path();
     pod.delete();
     wait_until(
@@ -388,12 +390,7 @@ fn ib_pod_netns_deleted_before_del() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_returned_netdev_with_udev_altname_gets_its_name_back() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("ibalt");
+    let (vf, name, rdma, before, p, pod) = ib_start(0, "ibalt");
     let mut conf = p.ib_conf(vf, GUID_BASE + vf_index(vf) as u64, false);
     conf["link_state"] = json!("auto");
     let res = p
@@ -686,17 +683,21 @@ fn doctor_json(p: &Plugin, what: &str) -> Value {
 
 /// The doctor's entry for VF `vf`.
 fn doctor_vf<'a>(j: &'a Value, vf: &str) -> &'a Value {
-    j["vfs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["pci"] == vf)
-        .unwrap_or_else(|| panic!("doctor lists no VF {vf}: {j}"))
+    find_elem(
+        &j["vfs"],
+        |v| v["pci"] == vf,
+        || format!("doctor lists no VF {vf}: {j}"),
+    )
 }
 
 /// What `ip -d link show ibpf0` says of VF `n`: (node GUID, port GUID, link state).
 fn pf_vf_line(n: u32) -> (String, String, String) {
-    let t = pf_vf_text(n);
+    guids_and_link_state(&pf_vf_text(n))
+}
+
+/// The node GUID, port GUID and link state in `t`, one VF's entry of `ip -d link show`
+/// (the word after `NODE_GUID`, `PORT_GUID`, `link-state`; empty when missing).
+fn guids_and_link_state(t: &str) -> (String, String, String) {
     let after = |key: &str| {
         t.split_whitespace()
             .skip_while(|w| *w != key)
@@ -791,12 +792,11 @@ fn ib_doctor_before_during_and_after_an_attachment() {
         .as_array()
         .unwrap()
         .is_empty());
-    let pf = before["pfs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["pci"] == pf())
-        .unwrap_or_else(|| panic!("doctor lists PF {}: {before}", pf()));
+    let pf = find_elem(
+        &before["pfs"],
+        |x| x["pci"] == pf(),
+        || format!("doctor lists PF {}: {before}", pf()),
+    );
     assert_eq!(pf["linkLayer"], "InfiniBand", "{pf}");
     assert_eq!(pf["numVfs"], vfs().len(), "{pf}");
 
@@ -825,12 +825,11 @@ fn ib_doctor_before_during_and_after_an_attachment() {
     assert_eq!(pod_rdma(&pod).len(), 1, "the RDMA device is in the pod");
     // The per-attachment view: the GUID set, the PF's port GUID (ibpf0's address), the
     // RDMA device in the pod.
-    let a = during["attachments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["attachment"] == format!("cid-ibdoctor/{IFNAME}"))
-        .unwrap_or_else(|| panic!("the attachment in {}", during["attachments"]));
+    let a = find_elem(
+        &during["attachments"],
+        |a| a["attachment"] == format!("cid-ibdoctor/{IFNAME}"),
+        || format!("the attachment in {}", during["attachments"]),
+    );
     assert_eq!(a["vf"], vf.as_str(), "{a}");
     assert_eq!(a["guid"], guid_text(guid), "{a}");
     assert_eq!(a["pfPortGuid"], guid_text(pf_port_guid()), "{a}");
@@ -1079,18 +1078,9 @@ fn ib_zero_guid_vf_gets_the_derived_guid_and_keeps_it() {
     assert_eq!(addr_guid(&addr), derived, "the pod's {IFNAME}: {addr}");
     let probe = format!("node guid {derived:016x}, port guid {derived:016x}");
     assert!(dmesg().contains(&probe), "ibvf's probe saw {probe}");
-    let mut check = conf.clone();
-    check["prevResult"] = res.clone();
-    p.run("CHECK", "cid-ibderive", &pod.path(), &check)
-        .expect_ok("CHECK");
 
-    // 2. DEL: the VF back, keeping the derived GUID.
-    let del = p.run("DEL", "cid-ibderive", &pod.path(), &conf);
-    let log = del.stderr.clone();
-    del.expect_ok("DEL");
-    udev_settle();
-    assert_eq!(pod.link_names(), vec!["lo".to_string()]);
-    assert!(pod_rdma(&pod).is_empty(), "no RDMA device left in the pod");
+    // 2. CHECK, then DEL: the VF back, keeping the derived GUID.
+    let log = ib_check_then_del(&p, &pod, "cid-ibderive", &conf, &res);
     assert_eq!(sysfs_netdevs(&vf), vec![name.clone()], "log:\n{log}");
     assert_eq!(rdma_of(&vf), vec![rdma.clone()]);
     let addr = netdev_address(&name);
@@ -1099,17 +1089,7 @@ fn ib_zero_guid_vf_gets_the_derived_guid_and_keeps_it() {
         derived,
         "{name} {addr} keeps the derived GUID; log:\n{log}"
     );
-    let t = pf_vf_text(n);
-    for needle in [
-        format!("NODE_GUID {}", guid_text(derived)),
-        format!("PORT_GUID {}", guid_text(derived)),
-        "link-state auto".to_string(),
-    ] {
-        assert!(
-            t.contains(&needle),
-            "PF reports {needle:?} for VF {vf}: {t}"
-        );
-    }
+    assert_pf_reports(&vf, derived, "auto");
     assert!(p.journals().is_empty());
     assert!(p.allocations().is_empty());
     drop(pod);

@@ -61,14 +61,9 @@ fn assert_pkey_refused(p: &Plugin, r: Run, pkey: &str, guid: u64, member: &str) 
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_pkey_arrives_in_time() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
+    let (vf, name, rdma, before, p, pod) = ib_start(0, "pkey-in-time");
     assert_eq!(pkey_entry(vf, &rdma, 0), "0xffff");
     assert_eq!(pkey_entry(vf, &rdma, 1), "0x0000");
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("pkey-in-time");
     let guid = 0x0200_0000_0000_0b01;
     let conf = pkey_conf(&p, vf, guid, "0x8005", 20_000);
     let t0 = Instant::now();
@@ -96,12 +91,7 @@ fn ib_pkey_arrives_in_time() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_pkey_arrives_late_code_11_then_the_retry_succeeds() {
-    ib_phase();
-    let vf = &vfs()[1];
-    let (name, rdma) = ib_vf_before(vf);
-    let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("pkey-late");
+    let (vf, name, rdma, before, p, pod) = ib_start(1, "pkey-late");
     let guid = 0x0200_0000_0000_0b02;
     let conf = pkey_conf(&p, vf, guid, "0x8006", 1000);
     let sm = sm_writes(vf, 1, "0x8006", Duration::from_millis(6000));
@@ -135,15 +125,11 @@ fn ib_pkey_arrives_late_code_11_then_the_retry_succeeds() {
 #[test]
 #[ignore = "needs the real-kernel lab: scripts/kernel-lab.sh"]
 fn ib_pkey_never_arrives() {
-    ib_phase();
-    let vf = &vfs()[0];
-    let (name, rdma) = ib_vf_before(vf);
+    let (vf, name, rdma, _, p, pod) = ib_start(0, "pkey-never");
     // Only a limited-member entry: not the full membership the network asks for.
     std::fs::write(SET_PKEY, format!("{} 2 0x0009", vf_index(vf))).unwrap();
     assert_eq!(pkey_entry(vf, &rdma, 2), "0x0009");
     let before = ib_host_view();
-    let p = Plugin::new();
-    let pod = Pod::new("pkey-never");
     let guid = 0x0200_0000_0000_0b03;
     let conf = pkey_conf(&p, vf, guid, "0x8009", 800);
     let r = p.run("ADD", "cid-pkey3", &pod.path(), &conf);

@@ -148,6 +148,23 @@ impl<'a> Chain<'a> {
         }
         (out.status.success(), text(&out.stdout), text(&out.stderr))
     }
+
+    /// [`Chain::run`] of `cmd`, which must succeed (`what` names it in the panic): its
+    /// stdout.
+    fn run_ok(&self, cmd: &str, what: &str) -> String {
+        let (ok, stdout, stderr) = self.run(cmd);
+        assert!(ok, "{what}: {stdout}{stderr}");
+        stdout
+    }
+
+    /// [`Chain::run`] of `cmd`, which must fail: the `cni-error:` line of its stderr (all
+    /// of the stderr when there is none), and the stderr.
+    fn run_err(&self, cmd: &str) -> (String, String) {
+        let (ok, stdout, stderr) = self.run(cmd);
+        assert!(!ok, "{} must fail: {stdout}", cmd.to_uppercase());
+        let err = stderr.lines().find(|l| l.starts_with("cni-error:"));
+        (err.unwrap_or(&stderr).to_string(), stderr.clone())
+    }
 }
 
 impl Drop for Chain<'_> {
@@ -262,8 +279,7 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
     let guid = 0x0200_0000_0000_0c01;
     let chain = c.chain(guid, None, true, None);
 
-    let (ok, stdout, stderr) = chain.run("add");
-    assert!(ok, "libcni add: {stdout}{stderr}");
+    chain.run_ok("add", "libcni add");
     // The re-created netdev shows up in the host (udev renames it meanwhile).
     wait_until(
         "VF netdev back in the host",
@@ -286,12 +302,7 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
     assert!(t.contains(&format!("NODE_GUID {}", guid_text(guid))), "{t}");
     assert!(t.contains("link-state enable"), "{t}");
 
-    let (ok, stdout, stderr) = chain.run("check");
-    assert!(!ok, "CHECK must fail: {stdout}");
-    let err = stderr
-        .lines()
-        .find(|l| l.starts_with("cni-error:"))
-        .unwrap_or(&stderr);
+    let (err, stderr) = chain.run_err("check");
     eprintln!("lab-figure: {}: CHECK: {err}", c.label);
     for needle in [
         "net1 is gone from",
@@ -308,11 +319,9 @@ fn ib_rdma_chain_without_isolation_add_check_del() {
     }
     c.figure("CHECK");
 
-    let (ok, stdout, stderr) = chain.run("del");
-    assert!(ok, "libcni del: {stdout}{stderr}");
+    chain.run_ok("del", "libcni del");
     c.assert_restored("DEL");
-    let (ok, stdout, stderr) = chain.run("del");
-    assert!(ok, "second libcni del: {stdout}{stderr}");
+    chain.run_ok("del", "second libcni del");
     c.assert_restored("a second DEL");
 }
 
@@ -335,8 +344,7 @@ fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
         false,
         Some(r#"{"defaults": {"rdmaIsolation": true}}"#),
     );
-    let (ok, stdout, stderr) = chain.run("add");
-    assert!(ok, "libcni add: {stdout}{stderr}");
+    let stdout = chain.run_ok("add", "libcni add");
     let mut res: Value = serde_json::from_str(&stdout).unwrap();
     // libcni 1.1.2's result type has no `pciID` (CNI 1.1, libcni 1.2) and drops it; the
     // plugin's own result carries it (the direct-call cases check it).
@@ -344,11 +352,9 @@ fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
     res["interfaces"][0]["pciID"] = json!(c.vf);
     let w = c.figure("ADD");
     assert_ib_attached(&c.p, &c.pod, &res, &c.vf, IFNAME, guid, &c.rdma);
-    let (ok, stdout, stderr) = chain.run("check");
-    assert!(ok, "libcni check: {stdout}{stderr} ({w})");
+    chain.run_ok("check", &format!("libcni check ({w})"));
     c.figure("CHECK");
-    let (ok, stdout, stderr) = chain.run("del");
-    assert!(ok, "libcni del: {stdout}{stderr}");
+    chain.run_ok("del", "libcni del");
     c.assert_restored("DEL");
 }
 
@@ -363,12 +369,7 @@ fn ib_node_default_isolation_without_rdma_gives_the_pod_both() {
 fn ib_isolation_with_rdma_chained_fails_cleanly() {
     let c = Case::start("case 3 (rdmaIsolation true, rdma chained)", 0, "chain3");
     let chain = c.chain(0x0200_0000_0000_0c03, Some(true), true, None);
-    let (ok, stdout, stderr) = chain.run("add");
-    assert!(!ok, "ADD must fail: {stdout}");
-    let err = stderr
-        .lines()
-        .find(|l| l.starts_with("cni-error:"))
-        .unwrap_or(&stderr);
+    let (err, stderr) = chain.run_err("add");
     eprintln!("lab-figure: {}: ADD: {err}", c.label);
     assert!(
         err.contains(&format!(
@@ -382,7 +383,6 @@ fn ib_isolation_with_rdma_chained_fails_cleanly() {
         pod_rdma(&c.pod).contains(&c.rdma),
         "ib-sriov's part stays until DEL: {w}"
     );
-    let (ok, stdout, stderr) = chain.run("del");
-    assert!(ok, "libcni del: {stdout}{stderr}");
+    chain.run_ok("del", "libcni del");
     c.assert_restored("the runtime's DEL");
 }
