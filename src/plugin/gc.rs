@@ -16,7 +16,9 @@ use super::errors::ErrorList;
 use super::steps::Host;
 use super::{ipam_error, teardown, Ctx, Ipam};
 use crate::cni::{code, CniError, Command, Version};
+use crate::config::NetConf;
 use crate::failpoint::hit;
+use crate::journal::Journal;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -56,8 +58,38 @@ pub fn valid_attachments(conf: &Value) -> Result<HashSet<(String, String)>, CniE
         .collect()
 }
 
+/// GC, as its phases (docs/design.md "How it fits together" lists them by these
+/// names): [`check_version`], [`valid_attachments`], [`sweep_temps`],
+/// [`list_journals`], [`open_host`], [`restore_stale`], [`release_ipam`], [`finish`].
+/// The first two (and the IPAM's configuration) refuse the call; from [`sweep_temps`]
+/// on nothing stops the sweep: each phase adds its failures to one [`ErrorList`], which
+/// [`finish`] reports.
 pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
-    let conf = ctx.conf;
+    check_version(ctx.conf)?;
+    let valid = valid_attachments(&ctx.conf.raw)?;
+    let ipam = ctx.ipam()?;
+    let mut errs = ErrorList(Vec::new());
+    sweep_temps(ctx);
+    let journals = list_journals(ctx, &mut errs);
+    let restored = if journals.is_empty() {
+        0
+    } else {
+        match open_host(ctx) {
+            Ok(host) => restore_stale(ctx, &host, journals, &valid, &mut errs),
+            Err(e) => {
+                errs.0.push(e);
+                0
+            }
+        }
+    };
+    release_ipam(ctx, ipam.as_ref(), &valid, &mut errs);
+    finish(ctx, valid.len(), restored, errs)
+}
+
+/// Phase "check the version": GC exists from CNI 1.1.0 on.
+///
+/// Errors: code 1 (incompatible version) for a `cniVersion` below 1.1.0.
+fn check_version(conf: &NetConf) -> Result<(), CniError> {
     if conf.cni_version < Version::V1_1_0 {
         return Err(CniError::new(
             code::INCOMPATIBLE_VERSION,
@@ -67,73 +99,112 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
             ),
         ));
     }
-    let valid = valid_attachments(&conf.raw)?;
-    let ipam = ctx.ipam()?;
-    let mut errs: Vec<CniError> = Vec::new();
+    Ok(())
+}
 
-    // 1. Journals of this network that no valid attachment owns (and, in the same
-    // spirit, the temp files of journal writers killed long ago).
+/// Phase "sweep the temp files": in the spirit of the stale journals, the temp files of
+/// journal writers killed long ago (over 10 minutes) are removed. Never fails.
+fn sweep_temps(ctx: &Ctx) {
     let swept = ctx.store.sweep_temps(Duration::from_secs(600));
     if swept > 0 {
         log::info!("GC: removed {swept} temp file(s) of killed journal writers");
     }
-    let mut restored = 0;
+}
+
+/// Phase "list the journals": every readable journal of the stateDir, of any network
+/// (the unreadable ones are logged and left alone). Empty, with the error in `errs`,
+/// when the stateDir cannot be listed.
+fn list_journals(ctx: &Ctx, errs: &mut ErrorList) -> Vec<Journal> {
     match ctx.store.list() {
         Ok((journals, unreadable)) => {
             for e in unreadable {
                 log::warn!("GC: {e}");
             }
-            let host = if journals.is_empty() {
-                None
-            } else {
-                match Host::open(&ctx.sysfs) {
-                    // No waiting for a netdev the kernel has not returned yet: one that
-                    // is not in the host is re-created at once by the recovery rebind
-                    // (`steps::netdev_move`), so the pass never stalls on one VF.
-                    Ok(h) => Some(Host {
-                        return_wait: Duration::ZERO,
-                        ..h
-                    }),
-                    Err(e) => {
-                        errs.push(e);
-                        None
-                    }
-                }
-            };
-            for j in journals {
-                let Some(host) = &host else { break };
-                if j.network != conf.name
-                    || valid.contains(&(j.container_id.clone(), j.ifname.clone()))
-                {
-                    continue;
-                }
-                log::info!(
-                    "GC: {}/{} (VF {}) is not a valid attachment: restoring",
-                    j.container_id,
-                    j.ifname,
-                    j.vf
-                );
-                let (cid, ifname, vf) = (j.container_id.clone(), j.ifname.clone(), j.vf);
-                let r = teardown::load_locked(ctx, (&cid, &ifname), Some(j)).and_then(|held| {
-                    if let Some((j, _lock)) = held {
-                        teardown::teardown_locked(ctx, host, &j, None, false)?;
-                    }
-                    hit("gc.journal")
-                });
-                match r {
-                    Ok(()) => restored += 1,
-                    Err(e) => errs.push(CniError {
-                        msg: format!("{cid}/{ifname} (VF {vf}): {}", e.msg),
-                        ..e
-                    }),
-                }
-            }
+            journals
         }
-        Err(e) => errs.push(e.into()),
+        Err(e) => {
+            errs.0.push(e.into());
+            Vec::new()
+        }
     }
+}
 
-    // 2. IPAM.
-    match &ipam {
+/// Phase "open the host": the host adapters, opened only when there are journals.
+/// No waiting for a netdev the kernel has not returned yet: one that is not in the host
+/// is re-created at once by the recovery rebind (`steps::netdev_move`), so the pass
+/// never stalls on one VF.
+///
+/// Errors: those of [`Host::open`]; then no journal is restored.
+fn open_host<'a>(ctx: &'a Ctx) -> Result<Host<'a>, CniError> {
+    let h = Host::open(&ctx.sysfs)?;
+    Ok(Host {
+        return_wait: Duration::ZERO,
+        ..h
+    })
+}
+
+/// Phase "restore the stale attachments": every journal of this network (`name`) whose
+/// attachment is not in `valid` is torn down as DEL would ([`restore_one`]), without
+/// releasing its IPAM allocation ([`release_ipam`] does that for the whole network).
+/// A failure is added to `errs` with the attachment and VF in its message, and the
+/// sweep goes on. Returns how many were restored.
+fn restore_stale(
+    ctx: &Ctx,
+    host: &Host,
+    journals: Vec<Journal>,
+    valid: &HashSet<(String, String)>,
+    errs: &mut ErrorList,
+) -> u64 {
+    let mut restored = 0;
+    for j in journals {
+        if j.network != ctx.conf.name || valid.contains(&(j.container_id.clone(), j.ifname.clone()))
+        {
+            continue;
+        }
+        log::info!(
+            "GC: {}/{} (VF {}) is not a valid attachment: restoring",
+            j.container_id,
+            j.ifname,
+            j.vf
+        );
+        let (cid, ifname, vf) = (j.container_id.clone(), j.ifname.clone(), j.vf);
+        match restore_one(ctx, host, j) {
+            Ok(()) => restored += 1,
+            Err(e) => errs.0.push(CniError {
+                msg: format!("{cid}/{ifname} (VF {vf}): {}", e.msg),
+                ..e
+            }),
+        }
+    }
+    restored
+}
+
+/// One stale attachment: its journal read again under the VF lock
+/// ([`teardown::load_locked`]; gone by then is done), then torn down and removed
+/// ([`teardown::teardown_locked`], IPAM left to [`release_ipam`]).
+///
+/// Errors: those of the lock, the journal read and the teardown; then the fail point
+/// `gc.journal`.
+fn restore_one(ctx: &Ctx, host: &Host, j: Journal) -> Result<(), CniError> {
+    let (cid, ifname) = (j.container_id.clone(), j.ifname.clone());
+    if let Some((j, _lock)) = teardown::load_locked(ctx, (&cid, &ifname), Some(j))? {
+        teardown::teardown_locked(ctx, host, &j, None, false)?;
+    }
+    hit("gc.journal")
+}
+
+/// Phase "release the IPAM": the built-in allocator releases every allocation of the
+/// network that no attachment of `valid` owns (one that records no ifname is owned by
+/// its containerID alone); a delegated IPAM plugin gets GC itself when it speaks CNI
+/// 1.1.0, else its allocations are its own. Failures go to `errs`.
+fn release_ipam(
+    ctx: &Ctx,
+    ipam: Option<&Ipam>,
+    valid: &HashSet<(String, String)>,
+    errs: &mut ErrorList,
+) {
+    let conf = ctx.conf;
+    match ipam {
         Some(Ipam::Builtin(c)) => {
             let keep = |cid: &str, ifname: &str| {
                 valid
@@ -146,34 +217,37 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
                     gone.len(),
                     conf.name
                 ),
-                Err(e) => errs.push(ipam_error(e)),
+                Err(e) => errs.0.push(ipam_error(e)),
             }
         }
         Some(Ipam::External(d)) => match d.supports(ctx.env, "1.1.0") {
             Ok(true) => {
-                if let Err(e) = ctx.delegate(d, Command::Gc) {
-                    errs.push(e);
-                }
+                errs.check(ctx.delegate(d, Command::Gc));
             }
             Ok(false) => log::debug!(
                 "GC: ipam plugin {} does not support CNI 1.1.0 (no GC); its allocations are its own",
                 d.plugin_type
             ),
-            Err(e) => errs.push(e),
+            Err(e) => errs.0.push(e),
         },
         None => {}
     }
+}
+
+/// Phase "finish": the summary logged, the count of restored attachments recorded for
+/// the exporter (`ib_sriov_gc_removed_attachments_total`; never fails GC), and every
+/// failure of the sweep folded into one result ([`ErrorList::into_result`]: one error
+/// as itself; several under the code they share, so 11 when every one was a lock
+/// timeout, else 102, each failure in `details`).
+fn finish(ctx: &Ctx, valid: usize, restored: u64, errs: ErrorList) -> Result<(), CniError> {
+    let name = &ctx.conf.name;
     log::info!(
-        "GC of network {}: {} valid attachment(s), {restored} stale attachment(s) restored, {} error(s)",
-        conf.name,
-        valid.len(),
-        errs.len()
+        "GC of network {name}: {valid} valid attachment(s), {restored} stale attachment(s) restored, {} error(s)",
+        errs.0.len()
     );
-    // For the exporter (`ib_sriov_gc_removed_attachments_total`); never fails GC.
     crate::callmetrics::record_gc_removed(restored);
-    ErrorList(errs).into_result(format!(
-        "GC of network {} did not complete; it is safe to retry",
-        conf.name
+    errs.into_result(format!(
+        "GC of network {name} did not complete; it is safe to retry"
     ))
 }
 
