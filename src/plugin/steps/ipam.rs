@@ -10,6 +10,7 @@ use crate::config::NetConf;
 use crate::failpoint::hit;
 use crate::journal::{Journal, Step};
 use crate::plugin::{Ctx, Ipam, ADD_BUDGET, ROLLBACK_RESERVE};
+use serde_json::Value;
 
 /// Allocates (or delegates ADD), configures the addresses and routes in the pod and
 /// puts them in the result (ADD); the built-in allocation is recorded in step `i`.
@@ -137,8 +138,16 @@ pub(super) fn apply(cx: &mut Apply, j: &mut Journal, i: usize) -> Result<(), Ste
 pub fn release(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
     let raw = serde_json::to_vec(&j.conf)
         .map_err(|e| CniError::internal(format!("encoding the journaled config: {e}")))?;
-    let conf = NetConf::parse(&raw)?;
-    let ipam = crate::plugin::ipam_for(&conf, &ctx.env.path)?;
+    // The call's own parse when the journaled configuration is the call's (`prevResult`
+    // aside: the journal has none): the usual DEL, spared a second parse.
+    let parsed;
+    let conf = if same_but_prev_result(&j.conf, &ctx.conf.raw) {
+        ctx.conf
+    } else {
+        parsed = NetConf::parse(&raw)?;
+        &parsed
+    };
+    let ipam = crate::plugin::ipam_for(conf, &ctx.env.path)?;
     let known: &[std::net::IpAddr] = j
         .steps
         .iter()
@@ -147,7 +156,20 @@ pub fn release(ctx: &Ctx, j: &Journal) -> Result<(), CniError> {
             _ => None,
         })
         .unwrap_or_default();
-    release_with(ctx, ipam, &conf, &raw, (&j.container_id, &j.ifname), known)
+    release_with(ctx, ipam, conf, &raw, (&j.container_id, &j.ifname), known)
+}
+
+/// Whether two network configurations (JSON objects) are equal but for `prevResult`.
+fn same_but_prev_result(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return false;
+    };
+    let keys =
+        |o: &'_ serde_json::Map<String, Value>| o.len() - usize::from(o.contains_key("prevResult"));
+    keys(a) == keys(b)
+        && a.iter()
+            .filter(|(k, _)| *k != "prevResult")
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 /// Releases what `ipam` (parsed from `conf`, whose JSON `raw` is the delegate's stdin)
@@ -202,4 +224,33 @@ pub fn release_with(
         None => {}
     }
     hit("del.ipam")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_but_prev_result;
+    use serde_json::json;
+
+    #[test]
+    fn configurations_equal_but_for_prev_result() {
+        let a = json!({"name": "n", "ipam": {"type": "t"}});
+        let with_prev = json!({"name": "n", "ipam": {"type": "t"}, "prevResult": {"ips": []}});
+        assert!(same_but_prev_result(&a, &with_prev));
+        assert!(same_but_prev_result(&with_prev, &a));
+        assert!(same_but_prev_result(&a, &a));
+        assert!(!same_but_prev_result(
+            &a,
+            &json!({"name": "n", "ipam": {"type": "u"}})
+        ));
+        assert!(!same_but_prev_result(&a, &json!({"name": "n"})));
+        assert!(!same_but_prev_result(
+            &a,
+            &json!({"name": "n", "ipam": {"type": "t"}, "x": 1})
+        ));
+        assert!(!same_but_prev_result(
+            &json!({"name": "n", "prevResult": 1, "x": 2}),
+            &json!({"name": "n", "y": 2})
+        ));
+        assert!(!same_but_prev_result(&json!([1]), &json!([1])));
+    }
 }
