@@ -149,16 +149,8 @@ impl IpamNetConf {
     }
 
     fn needs_1_1(&self, verb: &str) -> Result<(), CniError> {
-        if self.cni_version < Version::V1_1_0 {
-            return Err(CniError::new(
-                code::INCOMPATIBLE_VERSION,
-                format!(
-                    "{verb} needs cniVersion 1.1.0, got {}",
-                    self.cni_version.as_str()
-                ),
-            ));
-        }
-        Ok(())
+        self.cni_version
+            .require(Version::V1_1_0, &format!("{verb} needs cniVersion 1.1.0"))
     }
 }
 

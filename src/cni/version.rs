@@ -23,6 +23,19 @@ pub enum Version {
 }
 
 impl Version {
+    /// `Ok` when this (the configuration's `cniVersion`) is at least `min`; else code 1
+    /// (incompatible version, SPEC.md "Error codes"), saying `"{needs}, got {self}"`,
+    /// e.g. `needs` = "GC needs cniVersion 1.1.0".
+    pub fn require(self, min: Version, needs: &str) -> Result<(), CniError> {
+        if self < min {
+            return Err(CniError::new(
+                code::INCOMPATIBLE_VERSION,
+                format!("{needs}, got {}", self.as_str()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every supported version, oldest first (the VERSION reply's `supportedVersions`);
     /// the list of libcni `pkg/version` `All`, which the Go plugin's skel accepts.
     pub const ALL: [Version; 7] = [

@@ -14,15 +14,8 @@ fn fail(msg: impl Into<String>) -> CniError {
 
 pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     let (conf, env) = (ctx.conf, ctx.env);
-    if conf.cni_version < Version::V0_4_0 {
-        return Err(CniError::new(
-            code::INCOMPATIBLE_VERSION,
-            format!(
-                "CHECK needs cniVersion 0.4.0 or later, got {}",
-                conf.cni_version.as_str()
-            ),
-        ));
-    }
+    conf.cni_version
+        .require(Version::V0_4_0, "CHECK needs cniVersion 0.4.0 or later")?;
     let prev = conf
         .prev_result
         .as_ref()

@@ -15,7 +15,7 @@
 use super::errors::ErrorList;
 use super::steps::Host;
 use super::{ipam_error, teardown, Ctx, Ipam};
-use crate::cni::{code, CniError, Command, Version};
+use crate::cni::{CniError, Command, Version};
 use crate::config::NetConf;
 use crate::failpoint::hit;
 use crate::journal::Journal;
@@ -90,16 +90,8 @@ pub(super) fn gc(ctx: &Ctx) -> Result<(), CniError> {
 ///
 /// Errors: code 1 (incompatible version) for a `cniVersion` below 1.1.0.
 fn check_version(conf: &NetConf) -> Result<(), CniError> {
-    if conf.cni_version < Version::V1_1_0 {
-        return Err(CniError::new(
-            code::INCOMPATIBLE_VERSION,
-            format!(
-                "GC needs cniVersion 1.1.0, got {}",
-                conf.cni_version.as_str()
-            ),
-        ));
-    }
-    Ok(())
+    conf.cni_version
+        .require(Version::V1_1_0, "GC needs cniVersion 1.1.0")
 }
 
 /// Phase "sweep the temp files": in the spirit of the stale journals, the temp files of
@@ -254,6 +246,7 @@ fn finish(ctx: &Ctx, valid: usize, restored: u64, errs: ErrorList) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::code;
     use serde_json::json;
 
     #[test]

@@ -54,15 +54,8 @@ pub fn builtin_store_status(c: &crate::ipam::IpamConfig, name: &str) -> Result<(
 
 pub(super) fn status(ctx: &Ctx) -> Result<(), CniError> {
     let conf = ctx.conf;
-    if conf.cni_version < Version::V1_1_0 {
-        return Err(CniError::new(
-            code::INCOMPATIBLE_VERSION,
-            format!(
-                "STATUS needs cniVersion 1.1.0, got {}",
-                conf.cni_version.as_str()
-            ),
-        ));
-    }
+    conf.cni_version
+        .require(Version::V1_1_0, "STATUS needs cniVersion 1.1.0")?;
     probe_writable(&conf.state_dir).map_err(|e| unavailable(format!("journal directory: {e}")))?;
     match ctx.ipam().map_err(|e| unavailable(e.msg))? {
         Some(Ipam::Builtin(c)) => builtin_store_status(&c, &conf.name)?,
