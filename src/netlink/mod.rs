@@ -1,25 +1,27 @@
-//! rtnetlink access (NETLINK_ROUTE) through the `rtnetlink` crate: links, addresses,
-//! routes in one namespace, and VF configuration on a PF (`vf.rs`).
+//! rtnetlink access (NETLINK_ROUTE): links, addresses, routes in one namespace, and VF
+//! configuration on a PF (`vf.rs`). Messages are built with the `rtnetlink` crate's
+//! builders and netlink-packet-route's types, and sent on one blocking socket
+//! (`query.rs`), which also decodes the answers.
 //!
-//! A [`Netlink`] owns a single-threaded tokio runtime and one rtnetlink connection whose
-//! socket was opened in a chosen namespace; every call blocks until the kernel answers.
-//! Opening the socket inside the pod netns and then working from the host thread is the
-//! pattern of containers/netavark `core_utils.rs`.
+//! A [`Netlink`] owns that socket, opened in a chosen namespace; every call blocks until
+//! the kernel answers (no async runtime: a call is a short-lived process, and a tokio
+//! runtime's set-up, wake-ups and teardown cost more than its requests). Opening the
+//! socket inside the pod netns and then working from the host thread is the pattern of
+//! containers/netavark `core_utils.rs`.
 
 mod query;
 pub mod vf;
 
 use crate::cni::Route;
 use crate::netns::{NetNs, NetnsError};
-use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop};
-use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
+use netlink_packet_route::RouteNetlinkMessage;
+use rtnetlink::{LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use std::fmt;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use tokio::runtime::Runtime;
 
 /// `EOPNOTSUPP` (include/uapi/asm-generic/errno.h): the driver lacks the ndo.
 pub const EOPNOTSUPP: i32 = nix::errno::Errno::EOPNOTSUPP as i32;
@@ -38,22 +40,6 @@ pub struct NlError {
 }
 
 impl NlError {
-    fn new(op: impl Into<String>, e: rtnetlink::Error) -> Self {
-        let errno = match &e {
-            rtnetlink::Error::NetlinkError(m) => Some(-m.raw_code()),
-            _ => None,
-        };
-        let msg = match errno {
-            Some(n) => std::io::Error::from_raw_os_error(n).to_string(),
-            None => e.to_string(),
-        };
-        NlError {
-            op: op.into(),
-            errno,
-            msg,
-        }
-    }
-
     /// An errno injected by a fail point ([`crate::failpoint::errno_at`]), as the kernel
     /// would have answered it.
     pub(crate) fn injected(op: impl Into<String>, errno: i32) -> Self {
@@ -172,28 +158,16 @@ fn get_message(extra: &[LinkExtentMask]) -> LinkMessage {
 
 /// A blocking rtnetlink connection bound to one network namespace.
 pub struct Netlink {
-    rt: Runtime,
-    handle: Handle,
-    /// The link queries' own blocking socket, opened beside the connection's
-    /// (`query.rs`).
+    /// The blocking socket every request goes through (`query.rs`).
     query: query::Query,
 }
 
 impl Netlink {
     /// Opens a connection in the calling thread's current namespace.
     pub fn open() -> Result<Netlink, NlError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .map_err(|e| NlError::io("create netlink runtime", e))?;
-        let (conn, handle, _) = {
-            let _g = rt.enter();
-            rtnetlink::new_connection().map_err(|e| NlError::io("open NETLINK_ROUTE socket", e))?
-        };
-        rt.spawn(conn);
         let query =
             query::Query::open().map_err(|e| NlError::io("open NETLINK_ROUTE socket", e))?;
-        Ok(Netlink { rt, handle, query })
+        Ok(Netlink { query })
     }
 
     /// Opens a connection whose socket lives in `ns`: the thread enters `ns` only to
@@ -240,10 +214,15 @@ impl Netlink {
         Ok(out)
     }
 
+    /// One RTM_SETLINK, with the flags rtnetlink's `LinkSetRequest` sends
+    /// (`NLM_F_REQUEST | NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE`).
     fn set(&self, op: String, msg: LinkMessage) -> Result<(), NlError> {
-        self.rt
-            .block_on(self.handle.link().set(msg).execute())
-            .map_err(|e| NlError::new(op, e))
+        use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+        self.query.ack(
+            &|| op.clone(),
+            RouteNetlinkMessage::SetLink(msg),
+            NLM_F_EXCL | NLM_F_CREATE,
+        )
     }
 
     /// Sets IFF_UP on the link.
@@ -283,10 +262,17 @@ impl Netlink {
                 errno,
             ));
         }
-        let req = self.handle.link().property_del(index).alt_ifname(&[name]);
-        self.rt
-            .block_on(req.execute())
-            .map_err(|e| NlError::new(format!("delete altname {name} of link {index}"), e))
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes
+            .push(LinkAttribute::PropList(vec![Prop::AltIfName(
+                name.to_string(),
+            )]));
+        self.query.ack(
+            &|| format!("delete altname {name} of link {index}"),
+            RouteNetlinkMessage::DelLinkProp(m),
+            0,
+        )
     }
 
     /// Moves the link into namespace `ns_fd` and gives it `name` there, in one
@@ -323,10 +309,24 @@ impl Netlink {
 
     /// Adds `addr` (address with prefix) to the link.
     pub fn add_address(&self, index: u32, addr: IpNetwork) -> Result<(), NlError> {
-        let req = self.handle.address().add(index, addr.ip(), addr.prefix());
-        self.rt
-            .block_on(req.execute())
-            .map_err(|e| NlError::new(format!("add address {addr} to link {index}"), e))
+        use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+        use rtnetlink::AddressMessageBuilder;
+        let m = match addr.ip() {
+            IpAddr::V4(a) => AddressMessageBuilder::<std::net::Ipv4Addr>::new()
+                .index(index)
+                .address(a, addr.prefix())
+                .build(),
+            IpAddr::V6(a) => AddressMessageBuilder::<std::net::Ipv6Addr>::new()
+                .index(index)
+                .address(a, addr.prefix())
+                .build(),
+        };
+        // The flags of rtnetlink's `AddressAddRequest` (not `replace`).
+        self.query.ack(
+            &|| format!("add address {addr} to link {index}"),
+            RouteNetlinkMessage::NewAddress(m),
+            NLM_F_EXCL | NLM_F_CREATE,
+        )
     }
 
     /// The addresses (with prefix) on the link.
@@ -343,16 +343,21 @@ impl Netlink {
     /// duplicate; include/uapi/linux/if_addr.h). The header's 8-bit `ifa_flags` is used
     /// when the kernel sends no `IFA_FLAGS`.
     pub fn addresses_with_flags(&self, index: u32) -> Result<Vec<(IpNetwork, u32)>, NlError> {
-        let req = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute();
-        let msgs: Vec<_> = self
-            .rt
-            .block_on(req.try_collect())
-            .map_err(|e| NlError::new(format!("list addresses of link {index}"), e))?;
+        use netlink_packet_core::{Parseable, NLM_F_DUMP, NLM_F_REQUEST};
+        use netlink_packet_route::address::AddressMessage;
+        const RTM_NEWADDR: u16 = 20; // include/uapi/linux/rtnetlink.h
+        let mut msgs = Vec::new();
+        self.query.request(
+            &|| format!("list addresses of link {index}"),
+            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            |t, payload| {
+                if t == RTM_NEWADDR {
+                    msgs.push(AddressMessage::parse(payload)?);
+                }
+                Ok(())
+            },
+        )?;
         let mut out = Vec::new();
         for m in msgs {
             if m.header.index != index {
@@ -392,13 +397,10 @@ impl Netlink {
     /// Errors: the kernel's errno, e.g. `ENETUNREACH` for a gateway outside every
     /// on-link prefix; a gateway of the other family is refused here.
     pub fn add_route(&self, index: u32, route: &Route) -> Result<(), NlError> {
-        use netlink_packet_core::{
-            NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
-        };
+        use netlink_packet_core::NLM_F_CREATE;
         use netlink_packet_route::route::{
             RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
         };
-        use netlink_packet_route::RouteNetlinkMessage;
         let dst = route.dst;
         let gw = route.gw;
         let op = format!(
@@ -456,22 +458,12 @@ impl Netlink {
         if !metrics.is_empty() {
             msg.attributes.push(RouteAttribute::Metrics(metrics));
         }
-        let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
-        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
-        let mut handle = self.handle.clone();
-        self.rt.block_on(async move {
-            let mut resp = handle
-                .request(req)
-                .map_err(|e| NlError::new(op.clone(), e))?;
-            while let Some(m) = resp.next().await {
-                if let NetlinkPayload::Error(err) = m.payload {
-                    if err.code.is_some() {
-                        return Err(NlError::new(op, rtnetlink::Error::NetlinkError(err)));
-                    }
-                }
-            }
-            Ok(())
-        })
+        // The flags vishvananda/netlink's `RouteAddEcmp` sends (see above).
+        self.query.ack(
+            &|| op.clone(),
+            RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE,
+        )
     }
 }
 

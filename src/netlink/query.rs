@@ -1,13 +1,14 @@
-//! RTM_GETLINK on a blocking NETLINK_ROUTE socket of its own, each answer decoded only
-//! as far as the plugin reads it.
+//! The plugin's rtnetlink requests on one blocking NETLINK_ROUTE socket: changes wait
+//! for the kernel's acknowledgement ([`Query::ack`]), and RTM_GETLINK answers are
+//! decoded only as far as the plugin reads them ([`Query::links`]).
 //!
 //! The reads of links (by name, by ifindex, a dump, a PF's VF table) are most of the
 //! netlink work of a call, and a kernel's RTM_NEWLINK carries some 40 attributes (the
 //! `IFLA_AF_SPEC` of every address family, `IFLA_LINKINFO`, qdisc, map, ...). Through
-//! rtnetlink's connection each of them is decoded into a `LinkAttribute`, about 25,000
-//! instructions a message, and a dump decodes every link of the namespace (a node
-//! holds a veth per pod). Here the request is sent and its answer read on this thread
-//! (no async runtime turn), the message header and attribute walk use
+//! rtnetlink's async connection each of them was decoded into a `LinkAttribute`, about
+//! 25,000 instructions a message, and a dump decodes every link of the namespace (a
+//! node holds a veth per pod). Here the request is sent and its answer read on this
+//! thread (no async runtime), the message header and attribute walk use
 //! netlink-packet-core's buffers, and only the attributes [`KEPT`] lists are decoded,
 //! each by netlink-packet-route's own `LinkAttribute` parser: the plugin decodes no
 //! attribute itself.
@@ -18,12 +19,13 @@
 //! (include/uapi/linux/if_link.h). A dump's answer ends with `NLMSG_DONE`, whose
 //! payload is an `int` error (negative errno, 0 for none); a single request's answer is
 //! one `RTM_NEWLINK` or an `NLMSG_ERROR` (net/netlink/af_netlink.c `netlink_dump_done()`,
-//! net/core/rtnetlink.c `rtnl_getlink()`).
+//! net/core/rtnetlink.c `rtnl_getlink()`); a request with `NLM_F_ACK` ends with an
+//! `NLMSG_ERROR` whose error is 0 on success (netlink(7), `netlink_ack()`).
 
 use super::NlError;
 use netlink_packet_core::{
     ErrorBuffer, NetlinkBuffer, NetlinkMessage, NlasIterator, ParseableParametrized, NLMSG_DONE,
-    NLMSG_ERROR, NLM_F_DUMP, NLM_F_REQUEST,
+    NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{LinkAttribute, LinkHeader, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
@@ -80,10 +82,54 @@ impl Query {
         dump: bool,
         mut each: impl FnMut(LinkMessage),
     ) -> Result<(), NlError> {
+        let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
+        self.request(
+            op,
+            RouteNetlinkMessage::GetLink(msg),
+            flags,
+            |t, payload| {
+                if t == RTM_NEWLINK {
+                    each(decode(payload)?);
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// Sends `msg` with `NLM_F_REQUEST | NLM_F_ACK | flags` and waits for the kernel's
+    /// acknowledgement (an `NLMSG_ERROR` whose error is 0): a change (RTM_SETLINK,
+    /// RTM_NEWADDR, ...), as rtnetlink's requests send it.
+    ///
+    /// Errors: the kernel's errno; a `send`/`recv` failure.
+    pub(super) fn ack(
+        &self,
+        op: &dyn Fn() -> String,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<(), NlError> {
+        self.request(op, msg, NLM_F_REQUEST | NLM_F_ACK | flags, |_, _| Ok(()))
+    }
+
+    /// Sends `msg` with `flags` and calls `each` with the type and payload of every
+    /// message of its answer, until the answer ends: `NLMSG_DONE` (a dump), the
+    /// `NLMSG_ERROR` acknowledgement (`NLM_F_ACK`), else the first message (a single
+    /// request). Messages of other sequence numbers (an earlier request's late answer)
+    /// are skipped.
+    ///
+    /// Errors: the kernel's `NLMSG_ERROR` or negative `NLMSG_DONE` (its errno in
+    /// [`NlError::errno`]), a `send`/`recv` failure, `each` refusing a payload; `op`
+    /// names the request.
+    pub(super) fn request(
+        &self,
+        op: &dyn Fn() -> String,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+        mut each: impl FnMut(u16, &[u8]) -> Result<(), netlink_packet_core::DecodeError>,
+    ) -> Result<(), NlError> {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
-        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetLink(msg));
-        req.header.flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
+        let mut req = NetlinkMessage::from(msg);
+        req.header.flags = flags;
         req.header.sequence_number = seq;
         req.finalize();
         let mut out = vec![0u8; req.buffer_len()];
@@ -91,6 +137,7 @@ impl Query {
         self.socket
             .send(&out, 0)
             .map_err(|e| NlError::io(op(), e))?;
+        let ends_at_first = flags & (NLM_F_DUMP | NLM_F_ACK) == 0;
         let mut buf = self.buf.borrow_mut();
         loop {
             let n = self.recv(&mut buf).map_err(|e| NlError::io(op(), e))?;
@@ -123,13 +170,12 @@ impl Query {
                             Ok(())
                         };
                     }
-                    RTM_NEWLINK => {
-                        each(decode(m.payload()).map_err(|e| NlError::io(op(), e))?);
-                        if !dump {
+                    t => {
+                        each(t, m.payload()).map_err(|e| NlError::io(op(), e))?;
+                        if ends_at_first {
                             return Ok(());
                         }
                     }
-                    _ => {}
                 }
             }
         }
@@ -187,46 +233,35 @@ pub(super) fn decode(payload: &[u8]) -> Result<LinkMessage, netlink_packet_core:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::TryStreamExt;
-    use netlink_packet_route::link::LinkExtentMask;
+    use netlink_packet_core::{Nla, Parseable};
 
-    /// Every link of this namespace, decoded here and by rtnetlink's full parse of the
-    /// same request, reads the same as a [`super::super::Link`]; with a 16-byte first
-    /// buffer, the buffer is sized from the peeked length of the first datagram.
+    /// Every link of this namespace, decoded here and by netlink-packet-route's full
+    /// parse of the same payload, reads the same as a [`super::super::Link`], and only
+    /// the [`KEPT`] attributes are decoded; with a 16-byte first buffer, the buffer is
+    /// sized from the peeked length of the first datagram.
     #[test]
     fn the_selective_decode_reads_every_link_as_the_full_parse_does() {
-        let nl = super::super::Netlink::open().expect("NETLINK_ROUTE socket");
         let mut q = Query::open().unwrap();
         q.first_buf = 16;
-        let mut ours = Vec::new();
-        q.links(
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        q.request(
             &|| "dump".into(),
-            super::super::get_message(&[]),
-            true,
-            |m| ours.push(super::super::Link::from_msg(&m)),
-        )
-        .unwrap();
-        let req = nl.handle.link().get().set_filter_mask(
-            netlink_packet_route::AddressFamily::Unspec,
-            vec![LinkExtentMask::SkipStats],
-        );
-        let full: Vec<LinkMessage> = nl.rt.block_on(req.execute().try_collect()).unwrap();
-        let theirs: Vec<_> = full.iter().map(super::super::Link::from_msg).collect();
-        assert!(!ours.is_empty(), "no link decoded (lo at least exists)");
-        assert_eq!(ours, theirs);
-        // Only the kept attributes were decoded.
-        q.links(
-            &|| "dump".into(),
-            super::super::get_message(&[]),
-            true,
-            |m| {
+            RouteNetlinkMessage::GetLink(super::super::get_message(&[])),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            |t, payload| {
+                assert_eq!(t, RTM_NEWLINK);
+                let m = decode(payload)?;
                 for a in &m.attributes {
-                    use netlink_packet_core::Nla;
                     assert!(KEPT.contains(&(a.kind() & !0xc000)), "{a:?} decoded");
                 }
+                ours.push(super::super::Link::from_msg(&m));
+                theirs.push(super::super::Link::from_msg(&LinkMessage::parse(payload)?));
+                Ok(())
             },
         )
         .unwrap();
+        assert!(!ours.is_empty(), "no link decoded (lo at least exists)");
+        assert_eq!(ours, theirs);
     }
 
     /// The kernel's `ENODEV` to a single request reaches the caller as that errno.
