@@ -542,26 +542,15 @@ pub fn pid() -> u32 {
     *PID.get_or_init(std::process::id)
 }
 
-/// The content of a small file (a sysfs or procfs attribute: at most a page), read with
-/// `read(2)` until end of file. `fs::read_to_string` would first `statx` the file for a
+/// The content of a small file (a sysfs or procfs attribute: at most a page), read by
+/// [`read_bounded`] (no bound): `fs::read_to_string` would first `statx` the file for a
 /// size hint, which such a file does not give (a sysfs attribute's size reads as 4096,
 /// a procfs file's as 0, whatever it holds): one system call per read saved.
 ///
 /// Errors: `open`'s and `read`'s; `InvalidData` when the content is not UTF-8.
 pub fn read_text(path: &Path) -> io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    // Small: zeroed at every call, and an attribute is mostly a few bytes.
-    let mut chunk = [0u8; 512];
-    let mut out = Vec::new();
-    loop {
-        match f.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    String::from_utf8(out).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    let bytes = read_bounded(std::fs::File::open(path)?, u64::MAX - 1)?;
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]

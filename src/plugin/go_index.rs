@@ -173,10 +173,9 @@ fn dec(s: &str) -> Option<Vec<u8>> {
 
 /// Reads the index (its Go and other entries). `None` when missing or malformed.
 fn load(path: &Path) -> Option<Index> {
-    // Into an 8 KiB buffer, without the fstat that `fs::read_to_string` makes for its
-    // size hint (the index of a directory without Go files is under 100 bytes).
-    let f = std::fs::File::open(path).ok()?;
-    let text = String::from_utf8(crate::fsutil::read_bounded(f, u64::MAX - 1).ok()?).ok()?;
+    // Without the fstat that `fs::read_to_string` makes for its size hint (the index of
+    // a directory without Go files is under 100 bytes).
+    let text = crate::fsutil::read_text(path).ok()?;
     let mut lines = text.lines();
     if lines.next()? != HEADER {
         return None;
