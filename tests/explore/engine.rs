@@ -2223,11 +2223,13 @@ impl World {
                                 a.st = St::Orphan;
                                 a.ipam_may = true;
                                 a.netdev_ok = false;
-                                // A Go attachment has no journal for ADD to finish: its
-                                // cache stays until its DEL, which must then leave the
-                                // VF (now this ADD's) alone.
+                                // A Go attachment has no journal for ADD to finish:
+                                // ADD finished it from its cache file and removed the
+                                // file (`upgrade::finish_dead`), so its DEL, even after
+                                // a reboot, finds nothing and leaves the VF (now this
+                                // ADD's) alone.
                                 if a.go.is_some() {
-                                    a.gocache_may = true;
+                                    a.gocache_may = false;
                                 }
                             }
                         }
