@@ -4,8 +4,9 @@
 //! - [`cni`]: the protocol (environment, versions, results, errors); knows nothing of VFs.
 //! - [`config`]: the network configuration of this plugin, validated up front.
 //! - host adapters: [`sysfs`] (PCI/SR-IOV topology), [`netlink`] (links, addresses,
-//!   routes, VF settings), [`netns`], [`ipam`] (built-in allocator), [`journal`],
-//!   [`fsutil`] (atomic writes, bounded locks); they know nothing of CNI.
+//!   routes, VF settings), [`rdma`] (RDMA devices), [`nlsock`] (the netlink socket
+//!   under both), [`netns`], [`ipam`] (built-in allocator), [`journal`], [`fsutil`]
+//!   (atomic writes, bounded locks); they know nothing of CNI.
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
 
 pub mod boot;
@@ -24,6 +25,7 @@ pub mod journal;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod nlsock;
 pub mod plugin;
 pub mod policy;
 pub mod process;

@@ -29,8 +29,6 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::link::{LinkAttribute, LinkHeader, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
-use std::cell::{Cell, RefCell};
-use std::os::fd::AsRawFd;
 
 /// `RTM_NEWLINK`, the type of each link message of an answer.
 const RTM_NEWLINK: u16 = 16;
@@ -40,18 +38,10 @@ const IFINFOMSG_LEN: usize = 16;
 /// (3), `IFLA_MTU` (4), `IFLA_VFINFO_LIST` (22), `IFLA_PROP_LIST` (52, the alternative
 /// names), `IFLA_PARENT_DEV_NAME` (56): what [`super::Link`] and the VF table read.
 pub(super) const KEPT: [u16; 6] = [1, 3, 4, 22, 52, 56];
-/// The receive buffer's first capacity (never zeroed); a larger datagram (a PF's answer
-/// with a long VF table: ~31 KB at 127 VFs) grows it to that datagram's size.
-const FIRST_BUF: usize = 32 << 10;
-
-/// A blocking NETLINK_ROUTE socket for link queries, bound in the namespace it was
-/// opened in.
+/// A blocking NETLINK_ROUTE socket for link queries and changes, in the namespace it
+/// was opened in.
 pub(super) struct Query {
-    socket: netlink_sys::Socket,
-    seq: Cell<u32>,
-    buf: RefCell<Vec<u8>>,
-    /// [`FIRST_BUF`] (tests set less, to make every datagram grow the buffer).
-    first_buf: usize,
+    nl: crate::nlsock::NlSocket,
 }
 
 impl Query {
@@ -63,10 +53,7 @@ impl Query {
     pub(super) fn open() -> std::io::Result<Query> {
         let socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
         Ok(Query {
-            socket,
-            seq: Cell::new(0),
-            buf: RefCell::new(Vec::new()),
-            first_buf: FIRST_BUF,
+            nl: crate::nlsock::NlSocket::new(socket),
         })
     }
 
@@ -126,90 +113,57 @@ impl Query {
         flags: u16,
         mut each: impl FnMut(u16, &[u8]) -> Result<(), netlink_packet_core::DecodeError>,
     ) -> Result<(), NlError> {
-        let seq = self.seq.get().wrapping_add(1);
-        self.seq.set(seq);
+        let seq = self.nl.next_seq();
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = flags;
         req.header.sequence_number = seq;
         req.finalize();
         let mut out = vec![0u8; req.buffer_len()];
         req.serialize(&mut out);
-        self.socket
-            .send(&out, 0)
-            .map_err(|e| NlError::io(op(), e))?;
         let ends_at_first = flags & (NLM_F_DUMP | NLM_F_ACK) == 0;
-        let mut buf = self.buf.borrow_mut();
-        loop {
-            let n = self.recv(&mut buf).map_err(|e| NlError::io(op(), e))?;
-            let mut off = 0;
-            while off < n {
-                let m =
-                    NetlinkBuffer::new_checked(&buf[off..n]).map_err(|e| NlError::io(op(), e))?;
-                let len = m.length() as usize;
-                off += (len + 3) & !3;
-                if m.sequence_number() != seq {
-                    continue; // the answer of an earlier request that gave up early
-                }
-                match m.message_type() {
-                    NLMSG_ERROR => {
-                        let e = ErrorBuffer::new_checked(m.payload())
-                            .map_err(|e| NlError::io(op(), e))?;
-                        return match e.code() {
-                            None => Ok(()),
-                            Some(c) => Err(NlError::errno(op(), -c.get())),
-                        };
+        self.nl.request(
+            &out,
+            |e| NlError::io(op(), e),
+            |datagram| {
+                let mut off = 0;
+                while off < datagram.len() {
+                    let m = NetlinkBuffer::new_checked(&datagram[off..])
+                        .map_err(|e| NlError::io(op(), e))?;
+                    off += (m.length() as usize + 3) & !3;
+                    if m.sequence_number() != seq {
+                        continue; // the answer of an earlier request that gave up early
                     }
-                    NLMSG_DONE => {
-                        let code = m
-                            .payload()
-                            .get(..4)
-                            .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-                        return if code < 0 {
-                            Err(NlError::errno(op(), -code))
-                        } else {
-                            Ok(())
-                        };
-                    }
-                    t => {
-                        each(t, m.payload()).map_err(|e| NlError::io(op(), e))?;
-                        if ends_at_first {
-                            return Ok(());
+                    match m.message_type() {
+                        NLMSG_ERROR => {
+                            let e = ErrorBuffer::new_checked(m.payload())
+                                .map_err(|e| NlError::io(op(), e))?;
+                            return match e.code() {
+                                None => Ok(Some(())),
+                                Some(c) => Err(NlError::errno(op(), -c.get())),
+                            };
+                        }
+                        NLMSG_DONE => {
+                            let code = m
+                                .payload()
+                                .get(..4)
+                                .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                            return if code < 0 {
+                                Err(NlError::errno(op(), -code))
+                            } else {
+                                Ok(Some(()))
+                            };
+                        }
+                        t => {
+                            each(t, m.payload()).map_err(|e| NlError::io(op(), e))?;
+                            if ends_at_first {
+                                return Ok(Some(()));
+                            }
                         }
                     }
                 }
-            }
-        }
-    }
-
-    /// Receives one datagram whole into `buf`: its size is peeked first (`MSG_PEEK |
-    /// MSG_TRUNC` with no buffer; netlink(7): the real length is returned), `buf` grows
-    /// to hold it, and it is read into `buf`'s capacity without zeroing it first.
-    /// Returns its length (`buf.len()`). `EINTR` is retried.
-    fn recv(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-        use nix::libc;
-        let fd = self.socket.as_raw_fd();
-        let call = |ptr: *mut u8, len: usize, flags: libc::c_int| loop {
-            // SAFETY: recv(2) writes at most `len` bytes at `ptr`, which the caller
-            // gives as writable (a stack byte, or `buf`'s spare capacity).
-            let n = unsafe { libc::recv(fd, ptr.cast(), len, flags) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        };
-        let mut probe = 0u8;
-        let n = call(&mut probe, 0, libc::MSG_PEEK | libc::MSG_TRUNC)?;
-        buf.clear();
-        buf.reserve(n.max(self.first_buf));
-        let spare = buf.spare_capacity_mut();
-        let got = call(spare.as_mut_ptr().cast(), spare.len(), 0)?;
-        // SAFETY: recv(2) initialized the first `got` bytes of the spare capacity, and
-        // `got` is at most its length (without MSG_TRUNC it returns what it copied).
-        unsafe { buf.set_len(got.min(buf.capacity())) };
-        Ok(buf.len())
+                Ok(None)
+            },
+        )
     }
 }
 
@@ -237,12 +191,10 @@ mod tests {
 
     /// Every link of this namespace, decoded here and by netlink-packet-route's full
     /// parse of the same payload, reads the same as a [`super::super::Link`], and only
-    /// the [`KEPT`] attributes are decoded; with a 16-byte first buffer, the buffer is
-    /// sized from the peeked length of the first datagram.
+    /// the [`KEPT`] attributes are decoded.
     #[test]
     fn the_selective_decode_reads_every_link_as_the_full_parse_does() {
-        let mut q = Query::open().unwrap();
-        q.first_buf = 16;
+        let q = Query::open().unwrap();
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         q.request(
             &|| "dump".into(),

@@ -10,15 +10,10 @@ use nix::sys::time::TimeVal;
 
 use super::codec::{self, Exchange, Reply};
 use super::{errno, refine_move_error, NetnsMode, RdmaDevice, RdmaError, RdmaOps};
+use crate::nlsock::NlSocket;
 
 /// How many dumps [`RdmaSocket`]'s lookup by name tries before it answers "absent".
 const DUMP_TRIES: usize = 3;
-
-/// Receive buffer size. The kernel sizes dump skbs from the reader's buffer
-/// (`netlink_dump`: up to 32 KiB) and a doit reply is `NLMSG_DEFAULT_SIZE`
-/// (about one page), so 64 KiB never truncates; truncation is still detected
-/// with `MSG_TRUNC` and reported as a protocol error.
-const RECV_BUFFER: usize = 64 * 1024;
 
 /// How long one `recv` may wait for the kernel before the request fails with
 /// `TimedOut` (`SO_RCVTIMEO`). The kernel answers synchronously, so this
@@ -40,10 +35,8 @@ const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 /// `EBUSY`): drop the socket and open a new one after such errors.
 #[derive(Debug)]
 pub struct RdmaSocket {
-    socket: Socket,
+    nl: NlSocket,
     port: u32,
-    seq: u32,
-    buffer: Vec<u8>,
 }
 
 impl RdmaSocket {
@@ -84,24 +77,14 @@ impl RdmaSocket {
         setsockopt(&socket, sockopt::ReceiveTimeout, &timeout)
             .map_err(|e| RdmaError::Io(io::Error::from(e)))?;
         Ok(RdmaSocket {
-            socket,
+            nl: NlSocket::new(socket),
             port: local.port_number(),
-            seq: 0,
-            buffer: vec![0u8; RECV_BUFFER],
         })
     }
 
     /// The socket's netlink port id (assigned by the kernel at bind).
     pub fn port_id(&self) -> u32 {
         self.port
-    }
-
-    fn next_seq(&mut self) -> u32 {
-        self.seq = self.seq.wrapping_add(1);
-        if self.seq == 0 {
-            self.seq = 1; // 0 is what unsolicited kernel messages carry.
-        }
-        self.seq
     }
 
     /// Sends one request built by `build(seq)` and runs the exchange until
@@ -111,54 +94,14 @@ impl RdmaSocket {
         op: &'static str,
         build: impl FnOnce(u32) -> Vec<u8>,
     ) -> Result<Vec<Reply>, RdmaError> {
-        let seq = self.next_seq();
+        let seq = self.nl.next_seq();
         let request = build(seq);
-        loop {
-            match self.socket.send(&request, 0) {
-                Ok(n) if n == request.len() => break,
-                Ok(n) => {
-                    return Err(RdmaError::Io(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!("{op}: short send ({n} of {} bytes)", request.len()),
-                    )))
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(RdmaError::Io(e)),
-            }
-        }
         let mut exchange = Exchange::new(op, seq, self.port);
-        loop {
-            let mut space: &mut [u8] = &mut self.buffer[..];
-            let (size, from) = match self.socket.recv_from(&mut space, nix::libc::MSG_TRUNC) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(RdmaError::Io(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("{op}: no answer from the kernel within {RECV_TIMEOUT:?}"),
-                    )))
-                }
-                Err(e) => return Err(RdmaError::Io(e)),
-            };
-            if size > self.buffer.len() {
-                return Err(RdmaError::Protocol(format!(
-                    "{op}: datagram of {size} bytes truncated to {} bytes",
-                    self.buffer.len()
-                )));
-            }
-            if from.port_number() != 0 {
-                log::debug!("{op}: ignoring datagram from port {}", from.port_number());
-                continue;
-            }
-            if let Some(replies) = exchange.feed(&self.buffer[..size])? {
-                return Ok(replies);
-            }
-        }
+        self.nl.request(
+            &request,
+            |e| RdmaError::Io(io::Error::new(e.kind(), format!("{op}: {e}"))),
+            |datagram| exchange.feed(datagram),
+        )
     }
 }
 
@@ -400,7 +343,7 @@ mod tests {
             getlink(seq, NLM_F_REQUEST | NLM_F_DUMP, 0)
         });
         assert_eq!(r.unwrap(), vec![]);
-        assert_eq!(s.seq, 4);
+        assert_eq!(s.nl.last_seq(), 4);
     }
 
     #[test]
