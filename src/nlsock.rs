@@ -172,25 +172,28 @@ impl NlSocket {
     }
 }
 
+/// RTM_GETLINK (18) of `ifindex` with `flags`, hand-packed from the uapi layout
+/// (`struct nlmsghdr` + `struct ifinfomsg` of 16 bytes, all zero but `ifi_index`; host
+/// byte order), independent of the crates under test: the request the tests of both
+/// protocols' loops send over NETLINK_ROUTE, which every kernel has.
+#[cfg(test)]
+pub(crate) fn test_getlink(seq: u32, flags: u16, ifindex: i32) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&32u32.to_ne_bytes());
+    v.extend_from_slice(&18u16.to_ne_bytes());
+    v.extend_from_slice(&flags.to_ne_bytes());
+    v.extend_from_slice(&seq.to_ne_bytes());
+    v.extend_from_slice(&0u32.to_ne_bytes());
+    v.extend_from_slice(&[0u8; 4]); // family, pad, type
+    v.extend_from_slice(&ifindex.to_ne_bytes());
+    v.extend_from_slice(&[0u8; 8]); // flags, change
+    v
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_getlink as getlink;
     use super::*;
-
-    /// RTM_GETLINK (18) of `ifindex` with `flags`, hand-packed from the uapi layout
-    /// (`struct nlmsghdr` + `struct ifinfomsg`, host byte order), independent of the
-    /// crates under test.
-    fn getlink(seq: u32, flags: u16, ifindex: i32) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&32u32.to_ne_bytes());
-        v.extend_from_slice(&18u16.to_ne_bytes());
-        v.extend_from_slice(&flags.to_ne_bytes());
-        v.extend_from_slice(&seq.to_ne_bytes());
-        v.extend_from_slice(&0u32.to_ne_bytes());
-        v.extend_from_slice(&[0u8; 4]); // family, pad, type
-        v.extend_from_slice(&ifindex.to_ne_bytes());
-        v.extend_from_slice(&[0u8; 8]); // flags, change
-        v
-    }
 
     /// A dump's datagrams reach `feed` whole, however small the first buffer (each
     /// grows it to the peeked length), and every one is a run of well-formed messages

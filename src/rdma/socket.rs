@@ -296,30 +296,14 @@ mod tests {
         }
     }
 
-    /// rtnetlink request: nlmsghdr + `struct ifinfomsg` (16 bytes, all zero
-    /// except `ifi_index`), hand-packed (little endian).
-    #[cfg(target_endian = "little")]
-    fn getlink(seq: u32, flags: u16, ifindex: i32) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&32u32.to_le_bytes());
-        v.extend_from_slice(&18u16.to_le_bytes()); // RTM_GETLINK
-        v.extend_from_slice(&flags.to_le_bytes());
-        v.extend_from_slice(&seq.to_le_bytes());
-        v.extend_from_slice(&0u32.to_le_bytes());
-        v.extend_from_slice(&[0u8; 4]); // family, pad, type
-        v.extend_from_slice(&ifindex.to_le_bytes());
-        v.extend_from_slice(&[0u8; 8]); // flags, change
-        v
-    }
-
     /// The request loop (send, seq/port filtering, multi-part until DONE,
     /// reply-then-ack, error acks) driven against the real kernel through
     /// NETLINK_ROUTE, which exists everywhere: rtnetlink messages decode as
     /// `Reply::Other` and are ignored, so each exchange returns no data but
     /// must terminate correctly.
-    #[cfg(target_endian = "little")]
     #[test]
     fn request_loop_against_the_kernel_via_rtnetlink() {
+        use crate::nlsock::test_getlink as getlink;
         use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
         let mut s = RdmaSocket::open_protocol(0).expect("NETLINK_ROUTE socket");
         assert_ne!(s.port_id(), 0);
