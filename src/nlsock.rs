@@ -70,8 +70,8 @@ impl NlSocket {
     }
 
     /// Sends `request` (one datagram, retried on `EINTR`), then gives `feed` every
-    /// datagram of the answer, whole, until it returns `Some`. Datagrams that do not
-    /// come from the kernel (port id 0) are skipped; `feed` skips the messages of other
+    /// datagram of the answer, whole, until it returns `Some`. A datagram whose sender
+    /// is not the kernel (port id 0) is skipped; `feed` skips the messages of other
     /// sequence numbers (an earlier request's late answer) itself.
     ///
     /// Errors: `feed`'s; a failing `send`/`recv`, a short send (`WriteZero`) and a
