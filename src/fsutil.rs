@@ -163,46 +163,23 @@ pub fn atomic_write(path: &Path, data: &[u8]) -> io::Result<()> {
 /// Errors: `AlreadyExists` when `path` exists (nothing is written); else as the
 /// underlying calls, and then nothing is left at `path` that this call put there.
 pub fn create_new(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        crate::fsutil::pid()
-    ));
-    let res = (|| {
-        let mut f = open_temp(&tmp)?;
-        f.write_all(data)?;
-        match renameat2(
-            AT_FDCWD,
-            tmp.as_path(),
-            AT_FDCWD,
-            path,
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+    via_temp(path, data, |dir, tmp, f| {
+        match renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RenameFlags::RENAME_NOREPLACE) {
             Ok(()) => {}
             Err(Errno::EINVAL) => {
-                fs::hard_link(&tmp, path)?;
-                let _ = fs::remove_file(&tmp);
+                fs::hard_link(tmp, path)?;
+                let _ = fs::remove_file(tmp);
             }
             Err(e) => return Err(io::Error::from(e)),
         }
         if durable {
             if let Err(e) = f.sync_all().and_then(|()| fsync_dir(dir)) {
-                remove_if_same(path, &f);
+                remove_if_same(path, f);
                 return Err(e);
             }
         }
         Ok(())
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res
+    })
 }
 
 /// Like [`atomic_write`] (readers see the old or the new content, never a mix) but
@@ -233,34 +210,43 @@ fn open_temp(tmp: &Path) -> io::Result<File> {
     }
 }
 
-fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
+/// Writes `data` to a temp file beside `path` (`.<name>.tmp.<pid>`, [`open_temp`]) and
+/// hands `finish` the directory, the temp file's path and its open file, to put it in
+/// place. When either fails, the temp file is removed.
+///
+/// Errors: `InvalidInput` for a path without a parent or file name; the temp file's
+/// creation or write; `finish`'s.
+fn via_temp(
+    path: &Path,
+    data: &[u8],
+    finish: impl FnOnce(&Path, &Path, &File) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        crate::fsutil::pid()
-    ));
-    let res = (|| {
-        let mut f = open_temp(&tmp)?;
+    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), pid()));
+    let res = open_temp(&tmp).and_then(|mut f| {
         f.write_all(data)?;
+        finish(dir, &tmp, &f)
+    });
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res
+}
+
+fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
+    via_temp(path, data, |dir, tmp, f| {
         if !durable {
-            return fs::rename(&tmp, path);
+            return fs::rename(tmp, path);
         }
-        match renameat2(
-            AT_FDCWD,
-            tmp.as_path(),
-            AT_FDCWD,
-            path,
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+        match renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RenameFlags::RENAME_NOREPLACE) {
             Ok(()) => {
                 if let Err(e) = f.sync_all().and_then(|()| fsync_dir(dir)) {
-                    remove_if_same(path, &f);
+                    remove_if_same(path, f);
                     return Err(e);
                 }
                 return Ok(());
@@ -269,13 +255,9 @@ fn write_replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
             Err(e) => return Err(e.into()),
         }
         f.sync_all()?;
-        fs::rename(&tmp, path)?;
+        fs::rename(tmp, path)?;
         fsync_dir(dir)
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res
+    })
 }
 
 /// True for a file [`atomic_write`] had renamed into place (a new name) when a machine
@@ -534,7 +516,7 @@ pub fn flock_until(file: &File, exclusive: bool, deadline: Instant) -> io::Resul
     })()
 }
 
-/// This process's ID, asked of the kernel once: `crate::fsutil::pid()` is a `getpid(2)` at
+/// This process's ID, asked of the kernel once: `std::process::id()` is a `getpid(2)` at
 /// every call (glibc stopped caching it in 2.25), and a call names its temp files and
 /// log lines with it. The plugin never forks without an `exec`, so it cannot change.
 pub fn pid() -> u32 {
