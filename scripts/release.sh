@@ -3,10 +3,12 @@
 # `ib-sriov` and `thin_entrypoint` with their dependency lists, the multi-platform OCI
 # image archive, BUILDINFO and SHA256SUMS over all of them.
 #
-#   scripts/release.sh [--snapshot] [--arches LIST] [--no-image] [--keep]
-#   scripts/release.sh --check-reproducible [--snapshot] [--arches LIST] [--no-image] [--keep]
+#   scripts/release.sh [--commit REV] [--snapshot] [--arches LIST] [--no-image] [--keep]
+#   scripts/release.sh --check-reproducible [--commit REV] [--snapshot] [--arches LIST] [--no-image] [--keep]
 #
-#   --snapshot            build HEAD although no release tag points at it (see below)
+#   --commit REV          build REV instead of HEAD (a release commit that main has moved
+#                         past, see "The release commit" below)
+#   --snapshot            build the commit although it is no release (see below)
 #   --arches LIST         comma-separated, of x86_64, aarch64, powerpc64le, s390x (default:
 #                         all four; the image holds the same platforms). A release of fewer
 #                         says so in BUILDINFO
@@ -28,7 +30,18 @@
 # version in Cargo.toml (and Cargo.lock), date its CHANGELOG.md entry, commit, then
 # `git tag -a vX.Y.Z` and run this script.
 #
-# No release tag at HEAD (none, or HEAD moved past it): refused unless --snapshot. A
+# The release commit, when no tag travelled with it. A tag is the release's name, but a
+# repository can reach its users without its tags (a submission that carries commits
+# only, a mirror that drops refs/tags). So a commit is also taken as the release X.Y.Z,
+# untagged, when all of these hold: no tag vX.Y.Z exists in this repository (a tag,
+# where there is one, wins), Cargo.toml there says X.Y.Z, and it is THE commit that
+# dated the entry: CHANGELOG.md there has `## [X.Y.Z] - YYYY-MM-DD` and its first
+# parent's has none. Exactly one commit of a history does that, so the release is still
+# one commit, found with `git log -G '^## \[X.Y.Z\] - [0-9]' -- CHANGELOG.md`. BUILDINFO
+# then says "tag: none (untagged release commit)", and the script prints the
+# `git tag -a vX.Y.Z <commit>` that names it.
+#
+# Neither (no tag at the commit, and not the untagged release commit): refused unless --snapshot. A
 # snapshot's version is X.Y.Z-dev.g<commit, 12 hex> (X.Y.Z from Cargo.toml). The
 # version is injected as IB_SRIOV_VERSION (a release's X.Y.Z, a snapshot's), which
 # build.rs hands to `crate::version()` (src/lib.rs; a build without it, any build outside
@@ -88,9 +101,10 @@ AUDITABLE_VERSION=0.7.7 # cargo-auditable: its version shapes the .dep-v0 bytes
 die() { echo "release.sh: $*" >&2; exit 1; }
 say() { echo "release.sh: $*" >&2; }
 
-snapshot=0 check=0 image=1 keep=0 arches_arg=""
+snapshot=0 check=0 image=1 keep=0 arches_arg="" rev=HEAD
 while (($#)); do
     case "$1" in
+    --commit) rev="${2:?--commit needs a revision}"; shift 2 ;;
     --snapshot) snapshot=1; shift ;;
     --check-reproducible) check=1; shift ;;
     --arches) arches_arg="${2:?--arches needs a list}"; shift 2 ;;
@@ -110,19 +124,30 @@ for a in "${arches[@]}"; do
 done
 
 # ---- What is built, and under which version ---------------------------------------
-commit="$(git rev-parse --verify 'HEAD^{commit}')"
-short="$(git rev-parse --short=12 HEAD)"
+commit="$(git rev-parse --verify "$rev^{commit}")" || die "--commit $rev: no such commit"
+short="$(git rev-parse --short=12 "$commit")"
 cargo_version="$(git show "$commit:Cargo.toml" | sed -n 's/^version = "\(.*\)"$/\1/p' | head -n1)"
 [[ -n "$cargo_version" ]] || die "no version in Cargo.toml at $short"
 mapfile -t tags < <(git tag --points-at "$commit" --list 'v*' | grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$' || true)
-((${#tags[@]} <= 1)) || die "several release tags point at HEAD ($short): ${tags[*]}"
+((${#tags[@]} <= 1)) || die "several release tags point at $short: ${tags[*]}"
 tag="${tags[0]:-}"
+# dated_entry COMMIT: true when CHANGELOG.md at COMMIT has a dated entry for Cargo.toml's version.
+dated_entry() {
+    git show "$1:CHANGELOG.md" 2>/dev/null | grep -qE "^## \[${cargo_version//./\\.}\] - [0-9]{4}-[0-9]{2}-[0-9]{2}\$"
+}
+untagged=0
+if [[ -z "$tag" ]] && ! ((snapshot)) && [[ -z "$(git tag --list "v$cargo_version")" ]] &&
+    dated_entry "$commit" && ! { git rev-parse -q --verify "$commit^1" >/dev/null && dated_entry "$commit^1"; }; then
+    untagged=1
+    tag="v$cargo_version"
+    say "no tag v$cargo_version in this repository: $short is the commit that dated CHANGELOG.md's [$cargo_version] entry, built as the release v$cargo_version (name it: git tag -a v$cargo_version -m v$cargo_version $commit)"
+fi
 if ((snapshot)); then
     version="$cargo_version-dev.g$short"
     kind="snapshot of $commit, NOT A RELEASE"
 elif [[ -z "$tag" ]]; then
     described="$(git describe --tags --match 'v[0-9]*' "$commit" 2>/dev/null || echo "no release tag")"
-    die "HEAD ($short, $described) is not at a release tag vX.Y.Z: tag it (git tag -a v$cargo_version) or pass --snapshot"
+    die "$short ($described) is not at a release tag vX.Y.Z, nor the commit that dated CHANGELOG.md's [$cargo_version] entry: tag it (git tag -a v$cargo_version) or pass --snapshot"
 else
     version="${tag#v}"
     [[ "$version" == "$cargo_version" ]] ||
@@ -130,6 +155,7 @@ else
     git show "$commit:CHANGELOG.md" | grep -qE "^## \[${version//./\\.}\] - [0-9]{4}-[0-9]{2}-[0-9]{2}\$" ||
         die "CHANGELOG.md at $short has no '## [$version] - YYYY-MM-DD' entry (Keep a Changelog): date it, commit, and move the tag"
     kind="release $tag ($commit)"
+    ((untagged == 0)) || kind="release $tag, untagged ($commit: the commit that dated its CHANGELOG.md entry)"
 fi
 if [[ -n "$(git status --porcelain --untracked-files=no)" ]]; then
     say "note: the work tree has uncommitted changes; they are not in this build (it builds commit $short)"
@@ -281,7 +307,7 @@ PY
 buildinfo() {
     local a
     echo "ib-sriov $version: $kind"
-    echo "tag: ${tag:-none}"
+    echo "tag: $( ((untagged)) && echo "none (untagged release commit of $tag)" || echo "${tag:-none}")"
     echo "commit: $commit"
     echo "SOURCE_DATE_EPOCH: $epoch ($(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ), the commit's committer time)"
     echo "architectures: ${arches[*]}$([[ "${#arches[@]}" == 4 ]] || echo " (not all four: $ARCHES)")"
@@ -295,7 +321,7 @@ buildinfo() {
             echo "$a: $(/usr/bin/rustc -V), $(/usr/bin/cargo -V), rust-web-src $(dpkg-query -W -f='${Version}' rust-web-src), linker $("$gnu-gcc" --version | head -n1), libc6-dev-$deb-cross $(dpkg-query -W -f='${Version}' "libc6-dev-$deb-cross")"
         fi
     done
-    echo "reproduce: git checkout $commit && scripts/release.sh$( ((snapshot)) && echo " --snapshot") --arches $(IFS=,; echo "${arches[*]}")$( ((image)) || echo " --no-image") (IB_SRIOV_SOURCE=${IB_SRIOV_SOURCE:-unknown})"
+    echo "reproduce: scripts/release.sh --commit $commit$( ((snapshot)) && echo " --snapshot") --arches $(IFS=,; echo "${arches[*]}")$( ((image)) || echo " --no-image") (IB_SRIOV_SOURCE=${IB_SRIOV_SOURCE:-unknown})"
 }
 
 cleanup_dirs=()
