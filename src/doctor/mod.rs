@@ -316,7 +316,7 @@ fn check_conf(
             .to_string();
         let v = conf_verdict(&e, paths, vf_guids);
         for w in &v.warnings {
-            let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
+            let unknown = w.starts_with("unknown key");
             findings.push(Finding {
                 severity: Severity::Warning,
                 code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
