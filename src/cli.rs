@@ -156,13 +156,9 @@ fn run_call(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     for w in conf.warnings.iter().chain(&screened.warnings) {
         log::warn!("{w}");
     }
-    match screened.verdict(env.command, "paths") {
-        Ok(Verdict::NothingTouched) => return Ok(None),
-        Ok(_) => {}
-        Err(e) => {
-            log::error!("{} refused: {e}", env.command.as_str());
-            return Err(e);
-        }
+    // The verdict logs its refusal (or the DEL/GC that touches nothing) itself, once.
+    if screened.verdict(env.command, "paths")? == Verdict::NothingTouched {
+        return Ok(None);
     }
     // The node's defaults for keys the network leaves out (the node file's `defaults`;
     // none when the file could not be used, which ADD, CHECK and STATUS refused above).
