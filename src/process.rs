@@ -1,8 +1,11 @@
 //! Process-level concerns of every entry point (the CNI plugin, the IPAM plugin, the
-//! doctor): when the process started (the verb's time bound counts from it), holding
-//! the termination signals while a command changes the host, and opening the log of one
-//! CNI call. Below [`crate::plugin`], [`crate::ipam_plugin`] and [`crate::cli`], which
-//! use it; it uses only [`crate::logging`] and [`crate::cni`].
+//! commands run by hand): when the process started (the verb's time bound counts from
+//! it), holding the termination signals while a command changes the host, opening the
+//! log of one CNI call, and for the commands run by hand (`doctor`, `exporter`, `top`,
+//! `--help`, `--version`) writing to stdout and stderr without a panic ([`print_out`],
+//! [`print_err`]) and their flag tables ([`Flag`]). Below [`crate::plugin`],
+//! [`crate::ipam_plugin`], [`crate::cli`], [`crate::doctor`], [`crate::exporter`] and
+//! [`crate::top`], which use it; it uses only [`crate::logging`] and [`crate::cni`].
 
 /// When [`crate::cli::main`] began: the start of the process, for the verb's time bound
 /// ([`crate::plugin::VERB_BUDGET`]).
