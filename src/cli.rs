@@ -26,7 +26,9 @@ use crate::cni::exec::DELEGATED_ENV;
 use crate::cni::{code, CniEnv, CniError, Command, Version};
 use crate::config::{sniff_version, NetConf};
 use crate::policy::{screen, PathKey, Verdict, HOST_ROOT};
-use crate::process::{hold_termination_signals, init_call_log, process_start};
+use crate::process::{
+    hold_termination_signals, init_call_log, print_err, print_out, process_start,
+};
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -154,13 +156,9 @@ fn run_call(stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     for w in conf.warnings.iter().chain(&screened.warnings) {
         log::warn!("{w}");
     }
-    match screened.verdict(env.command, "paths") {
-        Ok(Verdict::NothingTouched) => return Ok(None),
-        Ok(_) => {}
-        Err(e) => {
-            log::error!("{} refused: {e}", env.command.as_str());
-            return Err(e);
-        }
+    // The verdict logs its refusal (or the DEL/GC that touches nothing) itself, once.
+    if screened.verdict(env.command, "paths")? == Verdict::NothingTouched {
+        return Ok(None);
     }
     // The node's defaults for keys the network leaves out (the node file's `defaults`;
     // none when the file could not be used, which ADD, CHECK and STATUS refused above).
@@ -201,87 +199,130 @@ pub fn version_string() -> String {
     )
 }
 
-const USAGE: &str = "usage: ib-sriov [-v|--version|-h|--help]
-       ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE]
-       ib-sriov exporter [--listen ADDR:PORT] [--once] [--host-root DIR] [--state-dir DIR]...
-       ib-sriov top [--interval SECONDS] [--host-root DIR] [--state-dir DIR]...
-ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
+/// A command run by hand (`ib-sriov <name> ...`): its flags, its usage text, its parser
+/// and its entry. A CNI runtime never passes arguments, so a command name as the first
+/// argument cannot collide with a CNI invocation.
+pub struct Subcommand {
+    /// The first argument that selects it.
+    pub name: &'static str,
+    /// The flags it takes ([`crate::process::Flag`]): what `check` accepts besides
+    /// `-h`/`--help`.
+    pub flags: &'static [crate::process::Flag],
+    /// Its usage text (`--help`), first line `usage: ` and the synopsis
+    /// ([`crate::process::synopsis`] of `flags`).
+    pub usage: &'static str,
+    /// Parses its arguments without running: `Err("")` for `-h`/`--help`, else the
+    /// error `run` prints with exit status 2.
+    pub check: fn(&[String]) -> Result<(), String>,
+    /// Runs it with the arguments after its name; the exit status.
+    pub run: fn(&[String]) -> i32,
+}
+
+/// Every command run by hand, as [`manual_run`] dispatches them (also the list the
+/// no-panic test and the usage test walk).
+pub const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "doctor",
+        flags: crate::doctor::FLAGS,
+        usage: crate::doctor::USAGE,
+        check: crate::doctor::check_args,
+        run: crate::doctor::run,
+    },
+    Subcommand {
+        name: "exporter",
+        flags: crate::exporter::FLAGS,
+        usage: crate::exporter::USAGE,
+        check: |a| crate::exporter::parse_args(a).map(|_| ()),
+        run: crate::exporter::run,
+    },
+    Subcommand {
+        name: "top",
+        flags: crate::top::FLAGS,
+        usage: crate::top::USAGE,
+        check: |a| crate::top::parse_args(a).map(|_| ()),
+        run: crate::top::run,
+    },
+];
+
+/// The top-level usage text (`ib-sriov --help`): the plugin's own flags, then the
+/// synopsis of every [`SUBCOMMANDS`] entry made from its flag table, so it lists every
+/// flag of every command.
+pub fn usage() -> String {
+    let mut s = String::from("usage: ib-sriov [-v|--version|-h|--help]\n");
+    for c in SUBCOMMANDS {
+        s += &format!("       {}\n", crate::process::synopsis(c.name, c.flags));
+    }
+    s + "ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
 `ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
 what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").
 `ib-sriov exporter` serves the node's attachment counters and the plugin's call metrics
 to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metrics\");
-`ib-sriov top` shows them live in the terminal.";
+`ib-sriov top` shows them live in the terminal."
+}
 
 /// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
 /// skel do: `-v`/`--version` (Go's flag package also takes `-version`, `--v`): the
 /// version line on stdout, exit 0; `-h`/`--help`: usage on stdout, exit 0; any other
 /// argument: usage on stderr, exit 2; no argument and no `CNI_COMMAND`: the version line
 /// and the supported CNI versions on stderr, exit 0 (skel's `PluginMainFuncs` with an
-/// `about` text), without reading stdin. `None`: a CNI call, run the protocol.
+/// `about` text), without reading stdin. A first argument naming one of
+/// [`SUBCOMMANDS`] runs it. `None`: a CNI call, run the protocol.
 fn manual_run() -> Option<i32> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if args.first().is_some_and(|a| a == "doctor") {
+    if let Some(c) = args
+        .first()
+        .and_then(|a| SUBCOMMANDS.iter().find(|c| a == c.name))
+    {
         let rest: Vec<String> = args[1..]
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        return Some(crate::doctor::run(&rest));
+        return Some((c.run)(&rest));
     }
-    if args.first().is_some_and(|a| a == "top") {
-        let rest: Vec<String> = args[1..]
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        return Some(crate::top::run(&rest));
-    }
-    if args.first().is_some_and(|a| a == "exporter") {
-        let rest: Vec<String> = args[1..]
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        return Some(crate::exporter::run(&rest));
-    }
-    manual_args("ib-sriov", &args, version_string, USAGE)
+    manual_args("ib-sriov", &args, version_string, usage)
 }
 
 /// The run by hand of [`manual_run`] and [`manual_run_ipam`], for the program `name`
 /// with `args` (argv without argv[0]): `-v`/`--version` prints `version()` on stdout,
-/// `-h`/`--help` `usage`, exit 0; any other argument: usage on stderr, exit 2; no
+/// `-h`/`--help` `usage()`, exit 0; any other argument: usage on stderr, exit 2; no
 /// argument and no `CNI_COMMAND`: `version()` and the supported CNI versions on stderr,
 /// exit 0. `None`: a CNI call (`version` is not called).
 fn manual_args(
     name: &str,
     args: &[std::ffi::OsString],
     version: impl Fn() -> String,
-    usage: &str,
+    usage: impl Fn() -> String,
 ) -> Option<i32> {
     if let Some(a) = args.first() {
         return Some(match a.to_str() {
             Some("-v" | "--v" | "-version" | "--version") if args.len() == 1 => {
-                println!("{}", version());
+                print_out(&format!("{}\n", version()));
                 0
             }
             Some("-h" | "--h" | "-help" | "--help") if args.len() == 1 => {
-                println!("{usage}");
+                print_out(&format!("{}\n", usage()));
                 0
             }
             _ => {
-                eprintln!("{name}: unexpected arguments {args:?}\n{usage}");
+                print_err(&format!(
+                    "{name}: unexpected arguments {args:?}\n{}\n",
+                    usage()
+                ));
                 2
             }
         });
     }
     if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) {
-        eprintln!("{}", version());
-        eprintln!(
-            "CNI protocol versions supported: {}",
+        print_err(&format!(
+            "{}\nCNI protocol versions supported: {}\n",
+            version(),
             crate::cni::Version::ALL
                 .iter()
                 .map(|v| v.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        ));
         return Some(0);
     }
     None
@@ -297,7 +338,7 @@ fn manual_run_ipam() -> Option<i32> {
 ib-sriov-ipam is a CNI IPAM plugin (ib-sriov's built-in allocator, host-local's
 configuration and store): a CNI plugin runs it with CNI_COMMAND and the other CNI_*
 variables set and the network configuration on stdin (CNI SPEC.md \"Plugin Delegation\").";
-    manual_args(crate::ipam::BUILTIN_TYPE, &args, line, IPAM_USAGE)
+    manual_args(crate::ipam::BUILTIN_TYPE, &args, line, || IPAM_USAGE.into())
 }
 
 /// The outcome for a process started as a delegate of ib-sriov ([`DELEGATED_ENV`] set,
@@ -413,6 +454,86 @@ fn serve_call(
                 .unwrap_or_else(|| "unknown panic".into());
             emit(&CniError::internal(format!("internal error (panic): {msg}")).to_json(&version));
             (1, Some(code::INTERNAL))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flag tables are what the parsers take, and the usage texts show exactly
+    /// them: every table flag is accepted by its command's parser (with a value when it
+    /// takes one) and refused without its value; a word that is no flag is refused;
+    /// the command's usage text begins with its synopsis made from the table, names no
+    /// `--flag` outside it and describes each flag on a line of its own where it
+    /// describes any; the top-level usage shows the same synopsis. A new flag must be
+    /// added to the command's table (`doctor::FLAGS`, ...) or its parser refuses it.
+    #[test]
+    fn usage_texts_list_exactly_the_flags_the_parsers_take() {
+        let top = usage();
+        for c in SUBCOMMANDS {
+            let syn = crate::process::synopsis(c.name, c.flags);
+            assert_eq!(
+                c.usage.lines().next(),
+                Some(format!("usage: {syn}").as_str()),
+                "{}: the first line of its usage is not its table's synopsis",
+                c.name
+            );
+            assert!(
+                top.lines().any(|l| l.trim_start() == syn),
+                "ib-sriov --help lacks {syn:?}:\n{top}"
+            );
+            let described = c
+                .usage
+                .lines()
+                .filter(|l| l.trim_start().starts_with("--"))
+                .count();
+            for f in c.flags {
+                let mut args = vec![f.name.to_string()];
+                if let Some(v) = f.value {
+                    // A value each parser takes for this flag.
+                    let good = match (f.name, v) {
+                        ("--listen", _) => "127.0.0.1:1",
+                        ("--interval", _) => "1",
+                        _ => "/x",
+                    };
+                    args.push(good.into());
+                    assert!(
+                        (c.check)(&args[..1]).is_err_and(|e| e.contains("needs")),
+                        "{} {}: accepted without its value",
+                        c.name,
+                        f.name
+                    );
+                }
+                assert_eq!((c.check)(&args), Ok(()), "{} {args:?}", c.name);
+                if described > 0 {
+                    assert!(
+                        c.usage
+                            .lines()
+                            .any(|l| l.trim_start().starts_with(&format!("{} ", f.name))),
+                        "{}: {} has no line of its own in\n{}",
+                        c.name,
+                        f.name,
+                        c.usage
+                    );
+                }
+            }
+            assert_eq!((c.check)(&["--help".into()]), Err(String::new()));
+            assert_eq!((c.check)(&["-h".into()]), Err(String::new()));
+            assert!((c.check)(&["--no-such-flag".into()]).is_err());
+            for word in c
+                .usage
+                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '-'))
+            {
+                if word.starts_with("--") && word.len() > 2 && word != "--help" {
+                    assert!(
+                        c.flags.iter().any(|f| f.name == word),
+                        "{}: its usage names {word}, which its parser refuses",
+                        c.name
+                    );
+                }
+            }
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Process-level concerns of every entry point (the CNI plugin, the IPAM plugin, the
-//! doctor): when the process started (the verb's time bound counts from it), holding
-//! the termination signals while a command changes the host, and opening the log of one
-//! CNI call. Below [`crate::plugin`], [`crate::ipam_plugin`] and [`crate::cli`], which
-//! use it; it uses only [`crate::logging`] and [`crate::cni`].
+//! commands run by hand): when the process started (the verb's time bound counts from
+//! it), holding the termination signals while a command changes the host, opening the
+//! log of one CNI call, and for the commands run by hand (`doctor`, `exporter`, `top`,
+//! `--help`, `--version`) writing to stdout and stderr without a panic ([`print_out`],
+//! [`print_err`]) and their flag tables ([`Flag`]). Below [`crate::plugin`],
+//! [`crate::ipam_plugin`], [`crate::cli`], [`crate::doctor`], [`crate::exporter`] and
+//! [`crate::top`], which use it; it uses only [`crate::logging`] and [`crate::cni`].
 
 /// When [`crate::cli::main`] began: the start of the process, for the verb's time bound
 /// ([`crate::plugin::VERB_BUDGET`]).
@@ -93,4 +96,90 @@ pub fn init_call_log(
         ),
         &fields,
     );
+}
+
+/// Writes `text` to stdout and flushes it, for what a command run by hand prints (the
+/// usage, the version line, `doctor`'s report, `exporter --once`'s scrape); never for a
+/// CNI verb's result, which `cli` writes ignoring errors so that the verb's
+/// transaction ends as it would have (SIGPIPE is ignored in the whole process, see
+/// src/main.rs). A write that fails ends the process, as coreutils end:
+/// - `EPIPE` (the reader went away, as in `ib-sriov doctor --json | head -c 100`):
+///   silently, by `SIGPIPE` with its default action, so the shell sees status 141
+///   (128 + 13) as for `cat` or `seq` in the same place, and never one of the
+///   command's own statuses (doctor's 1 means "an error finding");
+/// - any other error (`ENOSPC`, `EIO`): one line on stderr, exit status 1.
+///
+/// A closed stdout (`>&-`, `EBADF`) is not an error: std discards what is written to it.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            die_of_sigpipe();
+        }
+        print_err(&format!("ib-sriov: writing to stdout: {e}\n"));
+        std::process::exit(1);
+    }
+}
+
+/// Writes `text` to stderr, ignoring errors (a closed or broken stderr loses the
+/// message; `eprintln!` would panic on `EPIPE` instead).
+pub fn print_err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Ends the process by `SIGPIPE` with its default action (terminate, no core): the
+/// disposition restored, the signal unblocked and raised. If it still returns (it
+/// cannot), exit status 141, the shell's status for it.
+fn die_of_sigpipe() -> ! {
+    use nix::sys::signal::Signal::SIGPIPE;
+    use nix::sys::signal::{pthread_sigmask, raise, signal, SigHandler, SigSet, SigmaskHow};
+    // SAFETY: SIG_DFL installs no handler; nothing else runs in between.
+    let _ = unsafe { signal(SIGPIPE, SigHandler::SigDfl) };
+    let mut set = SigSet::empty();
+    set.add(SIGPIPE);
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    let _ = raise(SIGPIPE);
+    std::process::exit(141)
+}
+
+/// One flag of a command run by hand (`ib-sriov doctor`, `exporter`, `top`): its name
+/// (`--json`) and, for a flag that takes a value, the value's placeholder as the usage
+/// text shows it (`FILE`). Each command's table of them (`doctor::FLAGS`, ...) is what
+/// its parser accepts ([`flag`]), and a test holds the usage texts to it
+/// (`cli::tests::usage_texts_list_exactly_the_flags_the_parsers_take`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag {
+    /// The flag, with its two dashes.
+    pub name: &'static str,
+    /// The placeholder of its value, `None` for a flag that takes none.
+    pub value: Option<&'static str>,
+    /// Whether it may be given more than once (the usage shows `...` after it).
+    pub repeatable: bool,
+}
+
+/// The flag `arg` names in `table` (`"-h"` and `"--help"` are not in any table: each
+/// parser handles them first). Errors: `unknown argument "<arg>"`.
+pub fn flag(table: &'static [Flag], arg: &str) -> Result<&'static Flag, String> {
+    table
+        .iter()
+        .find(|f| f.name == arg)
+        .ok_or_else(|| format!("unknown argument {arg:?}"))
+}
+
+/// The synopsis of a command run by hand, as its usage texts show it:
+/// `ib-sriov <command> [--json] [--conf FILE] [--state-dir DIR]...`.
+pub fn synopsis(command: &str, table: &[Flag]) -> String {
+    let mut s = format!("ib-sriov {command}");
+    for f in table {
+        s += &match f.value {
+            Some(v) => format!(" [{} {v}]", f.name),
+            None => format!(" [{}]", f.name),
+        };
+        if f.repeatable {
+            s += "...";
+        }
+    }
+    s
 }

@@ -9,6 +9,7 @@
 //! time between them; a row's rate is blank until it has been read twice.
 
 use crate::exporter::{self, Attachment};
+use crate::process::{flag, print_err, print_out, Flag};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::Constraint;
 use ratatui::style::{Modifier, Style};
@@ -17,7 +18,30 @@ use ratatui::widgets::{Block, Row, Table};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-const USAGE: &str =
+/// The flags `ib-sriov top` takes, in the order [`USAGE`] shows them: what
+/// [`parse_args`] accepts, and what the usage texts must list (a test holds them to it;
+/// a new flag goes here, in [`parse_args`]'s match and in [`USAGE`]; `ib-sriov --help`
+/// is made from this table).
+pub const FLAGS: &[Flag] = &[
+    Flag {
+        name: "--interval",
+        value: Some("SECONDS"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--host-root",
+        value: Some("DIR"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--state-dir",
+        value: Some("DIR"),
+        repeatable: true,
+    },
+];
+
+/// Usage text.
+pub const USAGE: &str =
     "usage: ib-sriov top [--interval SECONDS] [--host-root DIR] [--state-dir DIR]...
 A live view of the node's InfiniBand SR-IOV attachments: one row per attachment (pod,
 rail, GUID, VF, receive/transmit rate, errors, drops), sorted by rate, refreshed every
@@ -154,62 +178,89 @@ fn draw(f: &mut ratatui::Frame, rows: &[TopRow], snap: &exporter::Snapshot, ever
     f.render_widget(table, f.area());
 }
 
-/// Runs `ib-sriov top` with the arguments after `top`; returns the exit status.
-pub fn run(args: &[String]) -> i32 {
+/// Parses the arguments after `top`: the refresh interval and the exporter's arguments
+/// it reads the node with. `Err("")` for `-h`/`--help`, else the error [`run`] prints
+/// (exit status 2).
+pub fn parse_args(args: &[String]) -> Result<(Duration, exporter::Args), String> {
     let mut every = Duration::from_secs(1);
     let mut ex_args: Vec<String> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        match a.as_str() {
+        if matches!(a.as_str(), "-h" | "--help") {
+            return Err(String::new());
+        }
+        match flag(FLAGS, a)?.name {
             "--interval" => match it.next().and_then(|v| v.parse::<f64>().ok()) {
                 Some(s) if (0.1..=3600.0).contains(&s) => every = Duration::from_secs_f64(s),
-                _ => {
-                    eprintln!("ib-sriov top: --interval needs seconds (0.1 to 3600)\n{USAGE}");
-                    return 2;
-                }
+                _ => return Err("--interval needs seconds (0.1 to 3600)".into()),
             },
             "--host-root" | "--state-dir" => match it.next() {
                 Some(v) => {
                     ex_args.push(a.clone());
                     ex_args.push(v.clone());
                 }
-                None => {
-                    eprintln!("ib-sriov top: {a} needs a value\n{USAGE}");
-                    return 2;
-                }
+                None => return Err(format!("{a} needs a value")),
             },
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return 0;
-            }
-            other => {
-                eprintln!("ib-sriov top: unknown argument {other:?}\n{USAGE}");
-                return 2;
-            }
+            other => return Err(format!("{other}: in FLAGS but not parsed")),
         }
     }
-    let parsed = match exporter::parse_args(&ex_args) {
-        Ok(a) => a,
+    Ok((every, exporter::parse_args(&ex_args)?))
+}
+
+/// Runs `ib-sriov top` with the arguments after `top`; returns the exit status: 0 when
+/// quit, 1 when the terminal fails while drawing, 2 for bad arguments or no terminal.
+pub fn run(args: &[String]) -> i32 {
+    let (every, parsed) = match parse_args(args) {
+        Ok(p) => p,
+        Err(e) if e.is_empty() => {
+            print_out(&format!("{USAGE}\n"));
+            return 0;
+        }
         Err(e) => {
-            eprintln!("ib-sriov top: {e}\n{USAGE}");
+            print_err(&format!("ib-sriov top: {e}\n{USAGE}\n"));
             return 2;
         }
     };
     if let Some(r) = parsed.host_root.as_ref().filter(|r| !r.is_dir()) {
-        eprintln!("ib-sriov top: --host-root {}: not a directory", r.display());
+        print_err(&format!(
+            "ib-sriov top: --host-root {}: not a directory\n",
+            r.display()
+        ));
         return 2;
     }
     let paths = exporter::paths(&parsed);
-    let mut terminal = ratatui::init();
+    let mut terminal = match terminal() {
+        Ok(t) => t,
+        Err(e) => {
+            print_err(&format!(
+                "ib-sriov top: no terminal to draw on ({e}); for one read of the same counters: ib-sriov exporter --once\n"
+            ));
+            return 2;
+        }
+    };
     let r = live(&mut terminal, &paths, every);
     ratatui::restore();
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("ib-sriov top: {e}");
+            print_err(&format!("ib-sriov top: {e}\n"));
             1
         }
     }
+}
+
+/// The terminal `top` draws on: stdout, which must be a terminal (a pipe or a file
+/// would get escape sequences), in raw mode on the alternate screen
+/// ([`ratatui::try_init`]; crossterm takes the keys from stdin, or from `/dev/tty` when
+/// stdin is not a terminal). Errors: stdout not a terminal; raw mode refused (no
+/// controlling terminal: `/dev/tty` cannot be opened, `ENXIO`), with the terminal
+/// restored.
+fn terminal() -> std::io::Result<ratatui::DefaultTerminal> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return Err(std::io::Error::other("stdout is not a terminal"));
+    }
+    ratatui::try_init().inspect_err(|_| ratatui::restore())
 }
 
 fn live(

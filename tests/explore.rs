@@ -300,3 +300,68 @@ fn long() {
     }
     assert!(viol.is_empty(), "{} violation(s)", viol.len());
 }
+
+/// Every count of the explorer's fault kinds in README.md ("N kinds of faults", "N fault
+/// kinds", in digits or words) is `engine::FAULT_KINDS`' (issue 50: it said both 15 and
+/// 18). A run from before some kinds existed is described without a count.
+#[test]
+fn readme_counts_the_fault_kinds_the_explorer_has() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    const WORDS: [&str; 21] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+    ];
+    let words: Vec<String> = readme
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let mut counts = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        let rest = |k: usize| words.get(i + k).map(String::as_str).unwrap_or("");
+        let fault_kinds = rest(1) == "fault" && rest(2) == "kinds";
+        let kinds_of_faults = rest(1) == "kinds" && rest(2) == "of" && rest(3) == "faults";
+        if !(fault_kinds || kinds_of_faults) {
+            continue;
+        }
+        let n = w
+            .parse::<usize>()
+            .ok()
+            .or_else(|| WORDS.iter().position(|x| x == w));
+        if let Some(n) = n {
+            counts.push(n);
+        }
+    }
+    assert!(
+        !counts.is_empty(),
+        "README.md gives no count of fault kinds"
+    );
+    assert!(
+        counts.iter().all(|&n| n == engine::FAULT_KINDS.len()),
+        "README.md counts {counts:?} fault kinds; the explorer has {}",
+        engine::FAULT_KINDS.len()
+    );
+}

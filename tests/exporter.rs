@@ -8,6 +8,7 @@ mod common;
 
 use common::emuhost::{exec_in_netns, EmuOptions, Pod};
 use common::lab::{bin, Lab};
+use common::reaped::Reaped;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -350,22 +351,25 @@ fn a_served_scrape_writes_nothing_but_its_answer() {
         l.local_addr().unwrap().port()
     };
     let listen = format!("127.0.0.1:{port}");
-    let mut child = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-y", "-o"])
-        .arg(log.path())
-        .args([
-            "-e",
-            "trace=openat,open,creat,mkdir,mkdirat,unlink,unlinkat,rename,renameat,renameat2,truncate,ftruncate,link,linkat,symlink,symlinkat,chmod,fchmod,fchmodat,chown,fchown,fchownat,mount,umount2,setxattr,fsetxattr,lsetxattr,utimensat,mknod,mknodat,write,writev,pwrite64,pwritev,sendfile,mmap,flock,fcntl",
-        ])
-        .arg(bin())
-        .args(served(&listen, root.path(), &lab.state))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("strace (Debian package strace)");
+    // Reaped: strace and the exporter it traces (its child, in its process group) are
+    // killed together, also when the test fails; killing strace alone leaves the
+    // exporter running, detached.
+    let mut child = Reaped::spawn(
+        std::process::Command::new("strace")
+            .args(["-f", "-qq", "-y", "-o"])
+            .arg(log.path())
+            .args([
+                "-e",
+                "trace=openat,open,creat,mkdir,mkdirat,unlink,unlinkat,rename,renameat,renameat2,truncate,ftruncate,link,linkat,symlink,symlinkat,chmod,fchmod,fchmodat,chown,fchown,fchownat,mount,umount2,setxattr,fsetxattr,lsetxattr,utimensat,mknod,mknodat,write,writev,pwrite64,pwritev,sendfile,mmap,flock,fcntl",
+            ])
+            .arg(bin())
+            .args(served(&listen, root.path(), &lab.state))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+        "strace (Debian package strace)",
+    );
     let body = http_get(&listen);
-    let _ = child.kill();
-    let _ = child.wait();
+    child.kill();
     assert!(body.contains("pod=\"s\""), "{body}");
     assert!(
         body.contains("ib_sriov_netdev_receive_bytes_total{"),
@@ -438,15 +442,6 @@ fn http_get(addr: &str) -> String {
 }
 
 /// A child process killed (and reaped) on drop.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A free TCP port on 127.0.0.1 (bound and released).
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -523,13 +518,12 @@ fn every_dashboard_query_returns_series_for_the_pod() {
 
     let root = host_root(&lab);
     let exp_addr = format!("127.0.0.1:{}", free_port());
-    let _exporter = Killed(
+    let _exporter = Reaped::spawn(
         std::process::Command::new(bin())
             .args(served(&exp_addr, root.path(), &lab.state))
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(std::process::Stdio::null()),
+        "the exporter",
     );
     let tmp = tempfile::tempdir().unwrap();
     let cfg = tmp.path().join("prometheus.yml");
@@ -541,7 +535,7 @@ fn every_dashboard_query_returns_series_for_the_pod() {
     )
     .unwrap();
     let prom_addr = format!("127.0.0.1:{}", free_port());
-    let _prometheus = Killed(
+    let _prometheus = Reaped::spawn(
         std::process::Command::new("prometheus")
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(
@@ -550,9 +544,8 @@ fn every_dashboard_query_returns_series_for_the_pod() {
             ))
             .arg(format!("--web.listen-address={prom_addr}"))
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("prometheus (Debian package prometheus)"),
+            .stderr(std::process::Stdio::null()),
+        "prometheus (Debian package prometheus)",
     );
     // Until Prometheus has scraped the exporter.
     let t0 = std::time::Instant::now();

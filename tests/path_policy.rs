@@ -531,3 +531,62 @@ fn the_ipam_plugin_confines_data_dir_and_log_file() {
         assert!(!Path::new(&format!("/etc/{p}.log")).exists());
     }
 }
+
+/// Each refused ADD is logged once (issue 50: under a real kubelet every ADD the node
+/// policy refused was logged twice, with the same pid and time, by src/policy.rs and by
+/// src/cli.rs): one error record naming the refusal in the configuration's `logFile`,
+/// whichever check refused it — the node policy (a `stateDir` outside its roots), the
+/// parser (a malformed `deviceID`), or the IPAM plugin's node policy (its `dataDir`).
+#[test]
+fn a_refused_add_is_logged_once() {
+    let lab = Lab::default();
+    let pod = lab.host.new_pod();
+    let dir = tempfile::tempdir().unwrap();
+    let ipam_bin = dir.path().join("ib-sriov-ipam");
+    std::os::unix::fs::symlink(bin(), &ipam_bin).unwrap();
+    let p = probe("once");
+    let mut cases: Vec<(&str, Value, bool)> = Vec::new();
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["stateDir"] = json!(format!("/etc/{p}"));
+    cases.push(("stateDir outside the node policy", conf, false));
+    let mut conf = lab.conf("1.0.0", 0);
+    conf["deviceID"] = json!("not-a-pci-address");
+    cases.push(("malformed deviceID", conf, false));
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "ipnet", "type": "ib-sriov",
+        "ipam": {"type": "ib-sriov-ipam", "subnet": "10.9.0.0/24", "dataDir": format!("/etc/{p}")}
+    });
+    cases.push((
+        "the IPAM plugin's dataDir outside the node policy",
+        conf,
+        true,
+    ));
+    for (i, (what, mut conf, ipam)) in cases.into_iter().enumerate() {
+        let log = dir.path().join(format!("{i}.log"));
+        conf["logFile"] = json!(log);
+        let r = if ipam {
+            Run::from(lab.host.run_plugin(
+                &ipam_bin,
+                "ADD",
+                "once-c",
+                "/proc/self/ns/net",
+                "net1",
+                &conf.to_string(),
+                &[],
+            ))
+        } else {
+            lab.add(&format!("once-{i}"), &pod, &conf)
+        };
+        assert_eq!(code(&r), 7, "{what}: {}", r.stdout);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains(" ERROR ")).collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "{what}: {} error records of one refused ADD:\n{text}",
+            errors.len()
+        );
+        assert!(errors[0].contains("refused"), "{what}: {text}");
+        assert!(!Path::new(&format!("/etc/{p}")).exists());
+    }
+}

@@ -9,8 +9,12 @@
 //! their mounts live in a child's own mount namespace (`unshare -m`), so none reaches
 //! the host.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use reaped::Reaped;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -481,10 +485,11 @@ fn unwritable_directory_fails_with_eacces() {
 fn exits_0_on(sig: Signal) {
     let tmp = tempdir();
     let dir = bin_dir(tmp.path());
-    let mut child = entrypoint_cmd(&dir, &plugin())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut guard = Reaped::spawn(
+        entrypoint_cmd(&dir, &plugin()).stderr(Stdio::piped()),
+        "the entrypoint",
+    );
+    let child = guard.child();
     let dst = dir.join("ib-sriov-ipam");
     wait_for("the copies", Duration::from_secs(60), || dst.exists());
     // Still sleeping: the copy being in place does not end it.
@@ -495,10 +500,8 @@ fn exits_0_on(sig: Signal) {
     );
     kill(Pid::from_raw(child.id() as i32), sig).unwrap();
     let t = Instant::now();
-    let status = wait_timeout(&mut child, Duration::from_secs(5)).unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("still running 5 s after {sig}")
-    });
+    let status = wait_timeout(child, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("still running 5 s after {sig}"));
     assert_eq!(status.code(), Some(0), "{status:?} after {sig}");
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
@@ -524,17 +527,19 @@ fn sigint_ends_the_sleep_with_exit_0() {
 fn sigterm_ends_the_sleep_as_pid_1_of_a_pid_namespace() {
     let tmp = tempdir();
     let dir = bin_dir(tmp.path());
-    let mut unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "--kill-child"])
-        .arg(entrypoint())
-        .arg("--cni-bin-dir")
-        .arg(&dir)
-        .arg("--ib-sriov-cni-bin-file")
-        .arg(plugin())
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run unshare (util-linux)");
+    let mut guard = Reaped::spawn(
+        Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child"])
+            .arg(entrypoint())
+            .arg("--cni-bin-dir")
+            .arg(&dir)
+            .arg("--ib-sriov-cni-bin-file")
+            .arg(plugin())
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped()),
+        "unshare (util-linux)",
+    );
+    let unshare = guard.child();
     let children = format!("/proc/{0}/task/{0}/children", unshare.id());
     let mut pid = 0;
     wait_for("unshare's child", Duration::from_secs(10), || {
@@ -560,10 +565,8 @@ fn sigterm_ends_the_sleep_as_pid_1_of_a_pid_namespace() {
         "exited without a signal"
     );
     kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
-    let status = wait_timeout(&mut unshare, Duration::from_secs(5)).unwrap_or_else(|| {
-        let _ = unshare.kill();
-        panic!("PID 1 still running 5 s after SIGTERM")
-    });
+    let status = wait_timeout(unshare, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("PID 1 still running 5 s after SIGTERM"));
     assert_eq!(
         (status.code(), status.signal()),
         (Some(0), None),

@@ -595,11 +595,11 @@ fn main() -> ExitCode {
     let opts = match parse_args(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(opts)) => opts,
         Ok(Parsed::Help) => {
-            print!("{USAGE}");
+            ib_sriov_cni::process::print_out(USAGE);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprint!("{e}\n{USAGE}");
+            ib_sriov_cni::process::print_err(&format!("{e}\n{USAGE}"));
             return ExitCode::from(2);
         }
     };

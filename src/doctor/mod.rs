@@ -14,6 +14,7 @@ pub mod holders;
 pub mod report;
 pub mod text;
 
+use crate::process::{flag, print_err, print_out, Flag};
 use report::{ConfCheck, Finding, Report, Severity};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +34,43 @@ pub const USAGE: &str =
   --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)
   --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated; default /opt/cni/bin, under the host root)";
 
+/// The flags `ib-sriov doctor` takes, in the order [`USAGE`] shows them: what
+/// [`parse_args`] accepts, and what the usage texts must list (a test holds them to it;
+/// a new flag goes here, in [`parse_args`]'s match and in `USAGE`; `ib-sriov --help` is made
+/// from this table).
+pub const FLAGS: &[Flag] = &[
+    Flag {
+        name: "--json",
+        value: None,
+        repeatable: false,
+    },
+    Flag {
+        name: "--conf",
+        value: Some("FILE"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--host-root",
+        value: Some("DIR"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--state-dir",
+        value: Some("DIR"),
+        repeatable: true,
+    },
+    Flag {
+        name: "--guid-file",
+        value: Some("FILE"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--cni-path",
+        value: Some("DIRS"),
+        repeatable: false,
+    },
+];
+
 /// Parsed arguments.
 #[derive(Debug, Default)]
 struct Args {
@@ -44,6 +82,7 @@ struct Args {
     cni_path: Option<PathBuf>,
 }
 
+/// Parses the arguments after `doctor` (`Err("")` for `-h`/`--help`).
 fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut a = Args::default();
     let mut it = args.iter();
@@ -53,18 +92,26 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 .map(PathBuf::from)
                 .ok_or_else(|| format!("{name} needs a value"))
         };
-        match x.as_str() {
+        if matches!(x.as_str(), "-h" | "--help") {
+            return Err(String::new());
+        }
+        match flag(FLAGS, x)?.name {
             "--json" => a.json = true,
             "--conf" => a.conf = Some(value("--conf")?),
             "--host-root" => a.host_root = Some(value("--host-root")?),
             "--state-dir" => a.state_dirs.push(value("--state-dir")?),
             "--guid-file" => a.guid_file = Some(value("--guid-file")?),
             "--cni-path" => a.cni_path = Some(value("--cni-path")?),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(format!("{other}: in FLAGS but not parsed")),
         }
     }
     Ok(a)
+}
+
+/// Checks the arguments after `doctor` as [`run`] parses them, without running: `Ok`,
+/// `Err("")` for `-h`/`--help`, else the error [`run`] prints (exit status 2).
+pub fn check_args(args: &[String]) -> Result<(), String> {
+    parse_args(args).map(|_| ())
 }
 
 /// Runs the doctor with the arguments after `doctor`; returns the exit status.
@@ -72,29 +119,29 @@ pub fn run(args: &[String]) -> i32 {
     let a = match parse_args(args) {
         Ok(a) => a,
         Err(e) if e.is_empty() => {
-            println!("{USAGE}");
+            print_out(&format!("{USAGE}\n"));
             return 0;
         }
         Err(e) => {
-            eprintln!("ib-sriov doctor: {e}\n{USAGE}");
+            print_err(&format!("ib-sriov doctor: {e}\n{USAGE}\n"));
             return 2;
         }
     };
     // A host root that is not there is a mistake in the command, not an empty node.
     if let Some(r) = &a.host_root {
         if !r.is_dir() {
-            eprintln!(
-                "ib-sriov doctor: --host-root {}: not a directory (the node's root as mounted here, e.g. /host)",
+            print_err(&format!(
+                "ib-sriov doctor: --host-root {}: not a directory (the node's root as mounted here, e.g. /host)\n",
                 r.display()
-            );
+            ));
             return 2;
         }
     }
     if let Some(d) = a.state_dirs.iter().find(|d| !d.is_absolute()) {
-        eprintln!(
-            "ib-sriov doctor: --state-dir {}: not an absolute path (the stateDir as the node names it)",
+        print_err(&format!(
+            "ib-sriov doctor: --state-dir {}: not an absolute path (the stateDir as the node names it)\n",
             d.display()
-        );
+        ));
         return 2;
     }
     let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
@@ -118,14 +165,14 @@ pub fn run(args: &[String]) -> i32 {
     let report = diagnose(&paths, a.conf.as_deref());
     if a.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => print_out(&format!("{s}\n")),
             Err(e) => {
-                eprintln!("ib-sriov doctor: {e}");
+                print_err(&format!("ib-sriov doctor: {e}\n"));
                 return 1;
             }
         }
     } else {
-        print!("{}", text::render(&report));
+        print_out(&text::render(&report));
     }
     i32::from(
         report
@@ -269,7 +316,7 @@ fn check_conf(
             .to_string();
         let v = conf_verdict(&e, paths, vf_guids);
         for w in &v.warnings {
-            let unknown = w.starts_with("unknown key") || w.contains("a key of the Go");
+            let unknown = w.starts_with("unknown key");
             findings.push(Finding {
                 severity: Severity::Warning,
                 code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),

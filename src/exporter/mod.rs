@@ -26,6 +26,7 @@ use crate::callmetrics::{self, BUCKETS_LE, VERBS};
 use crate::doctor::collect::{self as dc, Paths};
 use crate::journal::{Journal, Step};
 use crate::netns::NetNs;
+use crate::process::{flag, print_err, print_out, Flag};
 use crate::sysfs::Sysfs;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -34,7 +35,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::path::{Path, PathBuf};
 
-const USAGE: &str =
+/// Usage text.
+pub const USAGE: &str =
     "usage: ib-sriov exporter [--listen ADDR:PORT] [--once] [--host-root DIR] [--state-dir DIR]...
 Serves the node's InfiniBand SR-IOV attachment counters, the plugin's node state and
 its own call metrics at http://ADDR:PORT/metrics (Prometheus text format), read-only
@@ -45,6 +47,33 @@ its own call metrics at http://ADDR:PORT/metrics (Prometheus text format), read-
                       stateDirs and IPAM stores are read under it
   --state-dir DIR     also read this stateDir (repeatable, as the node names it). Always read:
                       /run/ib-sriov and every stateDir the CNI configurations name";
+
+/// The flags `ib-sriov exporter` takes, in the order its usage text shows them: what
+/// [`parse_args`] accepts, and what the usage texts must list (a test holds them to it;
+/// a new flag goes here, in [`parse_args`]'s match and in `USAGE`; `ib-sriov --help` is made
+/// from this table).
+pub const FLAGS: &[Flag] = &[
+    Flag {
+        name: "--listen",
+        value: Some("ADDR:PORT"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--once",
+        value: None,
+        repeatable: false,
+    },
+    Flag {
+        name: "--host-root",
+        value: Some("DIR"),
+        repeatable: false,
+    },
+    Flag {
+        name: "--state-dir",
+        value: Some("DIR"),
+        repeatable: true,
+    },
+];
 
 /// The default listen address: loopback only (expose it deliberately, see
 /// docs/operations.md "Metrics").
@@ -74,7 +103,10 @@ pub fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut it = args.iter();
     while let Some(x) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match x.as_str() {
+        if matches!(x.as_str(), "-h" | "--help") {
+            return Err(String::new());
+        }
+        match flag(FLAGS, x)?.name {
             "--listen" => {
                 let v = value("--listen")?;
                 a.listen = v
@@ -90,8 +122,7 @@ pub fn parse_args(args: &[String]) -> Result<Args, String> {
                 }
                 a.state_dirs.push(d)
             }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(format!("{other}: in FLAGS but not parsed")),
         }
     }
     Ok(a)
@@ -114,36 +145,42 @@ pub fn run(args: &[String]) -> i32 {
     let a = match parse_args(args) {
         Ok(a) => a,
         Err(e) if e.is_empty() => {
-            println!("{USAGE}");
+            print_out(&format!("{USAGE}\n"));
             return 0;
         }
         Err(e) => {
-            eprintln!("ib-sriov exporter: {e}\n{USAGE}");
+            print_err(&format!("ib-sriov exporter: {e}\n{USAGE}\n"));
             return 2;
         }
     };
     if let Some(r) = &a.host_root {
         if !r.is_dir() {
-            eprintln!(
-                "ib-sriov exporter: --host-root {}: not a directory",
+            print_err(&format!(
+                "ib-sriov exporter: --host-root {}: not a directory\n",
                 r.display()
-            );
+            ));
             return 2;
         }
     }
     let paths = paths(&a);
     if a.once {
-        print!("{}", render(&scrape(&paths)));
+        print_out(&render(&scrape(&paths)));
         return 0;
     }
     let server = match tiny_http::Server::http(a.listen) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("ib-sriov exporter: cannot listen on {}: {e}", a.listen);
+            print_err(&format!(
+                "ib-sriov exporter: cannot listen on {}: {e}\n",
+                a.listen
+            ));
             return 1;
         }
     };
-    eprintln!("ib-sriov exporter: serving http://{}/metrics", a.listen);
+    print_err(&format!(
+        "ib-sriov exporter: serving http://{}/metrics\n",
+        a.listen
+    ));
     for req in server.incoming_requests() {
         let (status, body, ctype) = match (req.method(), req.url()) {
             (tiny_http::Method::Get, "/metrics") => (200, render(&scrape(&paths)), CONTENT_TYPE),
@@ -159,7 +196,7 @@ pub fn run(args: &[String]) -> i32 {
             .with_status_code(status)
             .with_header(header);
         if let Err(e) = req.respond(resp) {
-            eprintln!("ib-sriov exporter: answering a scrape: {e}");
+            print_err(&format!("ib-sriov exporter: answering a scrape: {e}\n"));
         }
     }
     0

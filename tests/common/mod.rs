@@ -11,5 +11,6 @@ pub mod guid;
 pub mod lab;
 pub mod libcni;
 pub mod policy;
+pub mod reaped;
 pub mod rng;
 pub mod script;
