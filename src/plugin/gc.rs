@@ -149,8 +149,11 @@ fn restore_stale(
 ) -> u64 {
     let mut restored = 0;
     for j in journals {
-        if j.network != ctx.conf.name || valid.contains(&(j.container_id.clone(), j.ifname.clone()))
-        {
+        if j.network != ctx.conf.name {
+            continue;
+        }
+        if valid.contains(&(j.container_id.clone(), j.ifname.clone())) {
+            heal_one(ctx, j);
             continue;
         }
         log::info!(
@@ -183,6 +186,24 @@ fn restore_one(ctx: &Ctx, host: &Host, j: Journal) -> Result<(), CniError> {
         teardown::teardown_locked(ctx, host, &j, None, false)?;
     }
     hit("gc.journal")
+}
+
+/// A valid attachment of this network whose Go plugin cache file is missing (an
+/// admin's `rm` while its pod runs): the file is rewritten from the journal, read again
+/// under the VF lock, when the host proves the attachment live
+/// ([`super::steps::heal_go_cache`]), so a rollback to the Go plugin can still DEL it.
+/// One `lstat` per valid attachment when nothing is missing. A failure is logged, never
+/// GC's answer (GC releases; this only keeps a rollback possible).
+fn heal_one(ctx: &Ctx, j: Journal) {
+    if super::steps::missing_go_cache(&j).is_none() {
+        return;
+    }
+    let (cid, ifname) = (j.container_id.clone(), j.ifname.clone());
+    let healed = teardown::load_locked(ctx, (&cid, &ifname), Some(j))
+        .and_then(|l| l.map_or(Ok(None), |(j, _lock)| super::steps::heal_go_cache(ctx, &j)));
+    if let Err(e) = healed {
+        log::warn!("GC: the missing Go plugin cache file of {cid}/{ifname} was not rewritten: {e}");
+    }
 }
 
 /// Phase "release the IPAM": the built-in allocator releases every allocation of the
