@@ -7,7 +7,9 @@
 //! attachment is not listed, the VF is restored exactly as DEL would (netdev back from
 //! the recorded netns if it is still alive, else taken as returned by the kernel; GUID
 //! and link state restored; never when another attachment's journal holds the VF), then
-//! the journal is removed. Every built-in IPAM allocation of the network held by an
+//! the journal is removed. A listed attachment whose Go plugin cache file is missing
+//! gets it back from its journal when the host proves it live (`steps::heal_go_cache`).
+//! Every built-in IPAM allocation of the network held by an
 //! unlisted attachment is released; a delegated IPAM plugin gets GC itself. Errors do
 //! not stop the sweep; they are all reported in one error (see `errors::ErrorList::into_result`: code 11
 //! when every failure was a lock timeout, else 102, each failure in `details`).
@@ -137,7 +139,8 @@ fn open_host<'a>(ctx: &'a Ctx) -> Result<Host<'a>, CniError> {
 
 /// Phase "restore the stale attachments": every journal of this network (`name`) whose
 /// attachment is not in `valid` is torn down as DEL would ([`restore_one`]), without
-/// releasing its IPAM allocation ([`release_ipam`] does that for the whole network).
+/// releasing its IPAM allocation ([`release_ipam`] does that for the whole network);
+/// every one in `valid` gets its missing Go plugin cache file back ([`heal_one`]).
 /// A failure is added to `errs` with the attachment and VF in its message, and the
 /// sweep goes on. Returns how many were restored.
 fn restore_stale(
