@@ -1016,8 +1016,9 @@ fn help_lists_doctor() {
 /// - `removed` (VF 1): its file removed by hand;
 /// - `corrupt` (VF 2): its file overwritten with garbage;
 /// - `unreadable` (VF 3): a directory in its file's place;
-/// - `foreign` (VF 4): its file replaced by another attachment's (`ready`'s, VF 5);
-/// each is `rollback-unready`, an error (exit 1), whose fix names the heal and the
+/// - `foreign` (VF 4): its file replaced by another attachment's (`ready`'s, VF 5).
+///
+/// Each is `rollback-unready`, an error (exit 1), whose fix names the heal and the
 /// command by hand; `ready` (VF 5), its file as ADD wrote it, has no finding; `undone`
 /// (VF 6), its pod deleted by the Go plugin's DEL (played from its cache file as
 /// tests/go_rollback.rs plays it: netdev back under its name, down), is `undone-by-go`

@@ -107,8 +107,7 @@ pub enum GoFile {
     /// The attachment is live (its pod netns is there, or cannot be told gone) and its
     /// file is missing with the VF not as the Go plugin's DEL leaves it, unreadable, or
     /// not the bytes ADD wrote (the journal's `go_cache` step records them): a Go DEL
-    /// after a rollback would not undo it. (the file as the node names it, why, the
-    /// journal as the node names it, whether the plugin heals it: the file is missing.)
+    /// after a rollback would not undo it.
     Unready {
         /// The file, as the node names it.
         file: String,
