@@ -562,8 +562,8 @@ fn go_file(
     go: &BTreeMap<String, Vec<Holder>>,
     j: &Journal,
 ) -> Option<GoFile> {
-    // A step whose content is empty wrote nothing (another file had the name).
     let live = netns_state(paths, j) != "gone";
+    // A step whose content is empty wrote nothing (another file had the name).
     let Some((p, content)) = j.steps.iter().find_map(|s| match s {
         Step::GoCache { path, content } if !content.is_empty() => Some((path, content)),
         _ => None,
