@@ -1010,38 +1010,97 @@ fn help_lists_doctor() {
     );
 }
 
-/// Rollback readiness: an attachment whose ADD wrote no Go plugin cache file
-/// (`goCacheDir` `""`) is `rollback-unready`; one whose file is gone (the Go plugin's
-/// DEL, or here a hand `rm`) is `undone-by-go`; one with its file is neither.
+/// Rollback readiness (issue 50), a golden (`rollback.txt`/`.json`) on seven VFs, each
+/// attachment live (its pod netns there, its netdev in it):
+/// - `nofile` (VF 0): its ADD wrote no Go plugin cache file (`goCacheDir` `""`);
+/// - `removed` (VF 1): its file removed by hand;
+/// - `corrupt` (VF 2): its file overwritten with garbage;
+/// - `unreadable` (VF 3): a directory in its file's place;
+/// - `foreign` (VF 4): its file replaced by another attachment's (`ready`'s, VF 5).
+///
+/// Each is `rollback-unready`, an error (exit 1), whose fix names the heal and the
+/// command by hand; `ready` (VF 5), its file as ADD wrote it, has no finding; `undone`
+/// (VF 6), its pod deleted by the Go plugin's DEL (played from its cache file as
+/// tests/go_rollback.rs plays it: netdev back under its name, down), is `undone-by-go`
+/// (info), and only it.
 #[test]
 fn doctor_reports_rollback_readiness() {
-    let (lab, h) = with_root(Lab::default());
-    let (p0, p1, p2) = (lab.host.new_pod(), lab.host.new_pod(), lab.host.new_pod());
-    let mut no_file = lab.conf("1.0.0", 0);
-    no_file["goCacheDir"] = json!("");
-    lab.add("nofile", &p0, &no_file).expect_ok();
-    lab.add("undone", &p1, &lab.conf("1.0.0", 1)).expect_ok();
-    lab.add("ready", &p2, &lab.conf("1.0.0", 2)).expect_ok();
-    std::fs::remove_file(h.go_cache.join("undone-net1")).unwrap();
-    assert!(h.go_cache.join("ready-net1").exists());
-    let out = doctor(&lab, &h, &["--json"]);
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (lab, h) = with_root(Lab::new(EmuOptions {
+        vfs: 7,
+        ..Default::default()
+    }));
+    let names = [
+        "nofile",
+        "removed",
+        "corrupt",
+        "unreadable",
+        "foreign",
+        "ready",
+        "undone",
+    ];
+    let pods: Vec<_> = names.iter().map(|_| lab.host.new_pod()).collect();
+    let confs: Vec<Value> = (0..names.len() as u32)
+        .map(|n| {
+            let mut c = lab.conf("1.0.0", n);
+            match n {
+                0 => c["goCacheDir"] = json!(""),
+                // No IPAM: the Go DEL played below runs none.
+                6 => {
+                    c.as_object_mut().unwrap().remove("ipam");
+                }
+                _ => {}
+            }
+            c
+        })
+        .collect();
+    for (k, name) in names.iter().enumerate() {
+        lab.add(name, &pods[k], &confs[k]).expect_ok();
+    }
+    let file = |n: &str| h.go_cache.join(format!("{n}-net1"));
+    std::fs::remove_file(file("removed")).unwrap();
+    std::fs::write(file("corrupt"), "{\"deviceID\": trunc").unwrap();
+    std::fs::remove_file(file("unreadable")).unwrap();
+    std::fs::create_dir(file("unreadable")).unwrap();
+    std::fs::copy(file("ready"), file("foreign")).unwrap();
+    common::gofix::go_del(
+        &lab,
+        &json!({"containerID": "undone"}),
+        &pods[6],
+        &confs[6],
+        &file("undone"),
+    );
+    lab.host.sync_netdevs().unwrap();
+    let (j, rc) = check_golden(&lab, &h, "rollback");
+    assert_eq!(rc, 1, "rollback-unready is an error");
     let find = |code: &str| -> Vec<String> {
         findings(&j, &[code])
             .into_iter()
-            .map(|f| f["subject"].as_str().unwrap().to_string())
+            .map(|f| two_fields(f, "severity", "subject"))
             .collect()
     };
-    assert_eq!(find("rollback-unready"), vec![lab.host.vf(0).addr.clone()]);
-    assert_eq!(find("undone-by-go"), vec![lab.host.vf(1).addr.clone()]);
-    // The file of a live attachment is not shown as a second (Go) holder of its VF.
-    assert!(find("vf-held-twice").is_empty(), "{j}");
-    lab.del("nofile", p0.netns(), &no_file).expect_ok();
-    lab.del("undone", p1.netns(), &lab.conf("1.0.0", 1))
-        .expect_ok();
-    lab.del("ready", p2.netns(), &lab.conf("1.0.0", 2))
-        .expect_ok();
-    assert!(!h.go_cache.join("ready-net1").exists());
+    let vf = |n: u32| lab.host.vf(n).addr.clone();
+    assert_eq!(
+        find("rollback-unready"),
+        (0..5)
+            .map(|n| format!("error {}", vf(n)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(find("undone-by-go"), vec![format!("info {}", vf(6))]);
+    let unready = findings(&j, &["rollback-unready"]);
+    assert!(
+        unready[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is missing")
+            && unready[1]["fix"].as_str().unwrap().contains("next CNI GC"),
+        "{j}"
+    );
+    for (k, name) in names.iter().enumerate() {
+        if k == 3 {
+            std::fs::remove_dir(file(name)).unwrap();
+        }
+        lab.del(name, pods[k].netns(), &confs[k]).expect_ok();
+    }
     assert!(lab.journals().is_empty());
 }
 

@@ -80,16 +80,45 @@ pub enum Note {
     /// A journal recorded an original VF attribute as unknown: (attachment, VF, which:
     /// `link state` or `GUID`).
     OriginalUnknown(String, String, &'static str),
-    /// A complete journal and the Go plugin's cache file of its attachment (what a
-    /// rollback to the Go plugin needs, [`crate::gocache::render`]): (attachment, VF,
-    /// `none`: ADD wrote none (a version before `goCacheDir`, or `goCacheDir` `""`);
-    /// `gone`: the Go plugin's DEL undid the attachment and removed it).
-    GoCache(String, String, &'static str),
+    /// A complete journal of this boot and the Go plugin's cache file of its attachment
+    /// (what a rollback to the Go plugin needs, [`crate::gocache::render`]): (attachment,
+    /// VF, what the file and the host show). Nothing is noted for a file that holds
+    /// exactly what ADD wrote.
+    GoCache(String, String, GoFile),
     /// A holder source that could not be read, or a record that could not be matched:
     /// not every holder of a VF is accounted for ([`super::holders`]).
     Unaccounted(String),
     /// A runtime's record that an attachment holds a VF ([`super::holders::Claim`]).
     Claim(super::holders::Claim),
+}
+
+/// What the Go plugin cache file of a complete journal of this boot, and the host, say
+/// about a rollback of its attachment to the Go plugin ([`Note::GoCache`]).
+#[derive(Debug, Clone)]
+pub enum GoFile {
+    /// ADD wrote none: a version before `goCacheDir`, `"goCacheDir": ""`, or its name
+    /// was another file's (the journal's `go_cache` step is missing or empty).
+    None,
+    /// The file is gone and the host shows the attachment ended by someone else: the VF
+    /// as the Go plugin's DEL leaves it ([`crate::plugin::steps::as_go_left`], the same
+    /// reading our DEL makes before it drops such a journal), or held by an attachment
+    /// the Go plugin made since. What was found.
+    UndoneByGo(String),
+    /// The attachment is live (its pod netns is there, or cannot be told gone) and its
+    /// file is missing with the VF not as the Go plugin's DEL leaves it, unreadable, or
+    /// not the bytes ADD wrote (the journal's `go_cache` step records them): a Go DEL
+    /// after a rollback would not undo it.
+    Unready {
+        /// The file, as the node names it.
+        file: String,
+        /// What is wrong with it, and what the host shows.
+        why: String,
+        /// The journal holding the bytes ADD wrote, as the node names it.
+        journal: String,
+        /// The file is missing (not another file in its place): GC and CHECK rewrite it
+        /// (`plugin::steps::heal_go_cache`).
+        missing: bool,
+    },
 }
 
 /// Reads `path`, at most [`MAX_ATTR`] bytes, trimmed; `None` when unreadable.
@@ -253,6 +282,8 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         .attachments
         .sort_by(|a, b| (&a.vf, &a.attachment).cmp(&(&b.vf, &b.attachment)));
     report.ipam = ipam(paths, &journals, &mut notes);
+    // Read-only: the host netns and rtnetlink, for `as_go_left`.
+    let host = crate::plugin::steps::Host::open(&sysfs);
     for j in &journals {
         let att = format!("{}/{}", j.container_id, j.ifname);
         if j.conf.get("ibKubernetesEnabled").and_then(|v| v.as_bool()) == Some(true) {
@@ -279,22 +310,8 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             }
         }
         if j.complete && !crate::boot::is_other(j.boot_id.as_deref()) {
-            // A step whose content is empty wrote nothing (another file had the name).
-            let file = j.steps.iter().find_map(|s| match s {
-                Step::GoCache { path, content } if !content.is_empty() => Some(path),
-                _ => None,
-            });
-            match file {
-                None => notes.push(Note::GoCache(att.clone(), j.vf.to_string(), "none")),
-                // Where the host has it (under --host-root), or in the Go plugin's
-                // directory there by its name.
-                Some(p) => {
-                    let there = |q: &Path| std::fs::symlink_metadata(q).is_ok();
-                    let by_name = p.file_name().map(|n| paths.legacy.join(n));
-                    if !there(&paths.host(p)) && !by_name.as_deref().is_some_and(there) {
-                        notes.push(Note::GoCache(att.clone(), j.vf.to_string(), "gone"));
-                    }
-                }
+            if let Some(g) = go_file(paths, &found, host.as_ref(), &go, j) {
+                notes.push(Note::GoCache(att.clone(), j.vf.to_string(), g));
             }
         }
         // Or its ADD moved the RDMA device (an earlier release did without the key).
@@ -532,6 +549,110 @@ pub(crate) fn journal_list(
         }
     }
     out
+}
+
+/// What the Go plugin cache file of complete journal `j` (of this boot) and the host say
+/// about a rollback of its attachment; `None` when the file holds exactly what ADD wrote.
+/// The file is looked for where the node has it (under the host root), else by its name
+/// in the Go plugin's directory there. `go`: the Go cache files' holders by VF.
+fn go_file(
+    paths: &Paths,
+    found: &super::holders::Found,
+    host: Result<&crate::plugin::steps::Host, &crate::cni::CniError>,
+    go: &BTreeMap<String, Vec<Holder>>,
+    j: &Journal,
+) -> Option<GoFile> {
+    let live = netns_state(paths, j) != "gone";
+    // A step whose content is empty wrote nothing (another file had the name).
+    let Some((p, content)) = j.steps.iter().find_map(|s| match s {
+        Step::GoCache { path, content } if !content.is_empty() => Some((path, content)),
+        _ => None,
+    }) else {
+        return live.then_some(GoFile::None);
+    };
+    let there = |q: &Path| std::fs::symlink_metadata(q).is_ok();
+    let at = [
+        Some(paths.host(p)),
+        p.file_name().map(|n| paths.legacy.join(n)),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|q| there(q));
+    let file = p.display().to_string();
+    let name = JournalStore::file_name(&j.container_id, &j.ifname);
+    let journal = found
+        .state_dirs
+        .iter()
+        .find(|(d, _, _)| there(&d.join(&name)))
+        .map(|(_, n, _)| Path::new(n).join(&name).display().to_string())
+        .unwrap_or_else(|| format!("<stateDir>/{name}"));
+    let unready = |why: String, missing: bool| {
+        live.then(|| GoFile::Unready {
+            file: file.clone(),
+            why,
+            journal: journal.clone(),
+            missing,
+        })
+    };
+    let Some(at) = at else {
+        // Gone: what that means is read from the host, as our DEL reads it.
+        let vf = j.vf.to_string();
+        if let Some(h) = go
+            .get(&vf)
+            .into_iter()
+            .flatten()
+            .find(|h| h.source == "go-cache")
+        {
+            return Some(GoFile::UndoneByGo(format!(
+                "VF {vf} is held by an attachment the Go plugin made since ({}/{})",
+                h.container_id,
+                h.ifname.as_deref().unwrap_or("?")
+            )));
+        }
+        let read = host
+            .map_err(|e| e.to_string())
+            .and_then(|h| crate::plugin::steps::as_go_left(h, j).map_err(|e| e.to_string()));
+        return match read {
+            Ok(crate::plugin::steps::GoneFile::AsGoLeavesIt(found)) => {
+                Some(GoFile::UndoneByGo(found))
+            }
+            Ok(crate::plugin::steps::GoneFile::NotUndone(found)) => unready(
+                format!("is missing, and the VF is not as the Go plugin's DEL leaves it: {found}"),
+                true,
+            ),
+            Err(e) => unready(
+                format!("is missing, and whether the Go plugin's DEL undid the attachment cannot be read: {e}"),
+                true,
+            ),
+        };
+    };
+    let why = match crate::fsutil::read_regular_bounded(&at, crate::gocache::MAX_GO_CACHE_BYTES) {
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(b) if b == content.as_bytes() => return None,
+        Ok(b) => match crate::gocache::parse(&b, at.clone()) {
+            Err(crate::gocache::GoCacheError::Invalid(_, e)) => {
+                format!("is not the one our ADD wrote: {e}")
+            }
+            Err(e) => format!("is not the one our ADD wrote: {e}"),
+            Ok(g) if g.vf != j.vf => format!(
+                "is not the one our ADD wrote: it records VF {} (the Go plugin's DEL would act on that VF)",
+                g.vf
+            ),
+            Ok(g) if g.ours.is_none() => {
+                "is not the one our ADD wrote: the Go plugin wrote it (no x-ib-sriov key)".to_string()
+            }
+            Ok(g) if g.pod_name.as_deref().unwrap_or_default()
+                != if j.vfio { "" } else { j.ifname.as_str() } =>
+            {
+                format!(
+                    "is not the one our ADD wrote: it records the pod interface {:?}, another attachment's",
+                    g.pod_name.as_deref().unwrap_or_default()
+                )
+            }
+            Ok(_) => "is not the one our ADD wrote: its content differs from the journal's copy".to_string(),
+        },
+    };
+    unready(why, false)
 }
 
 /// Whether the journal's pod netns still exists and is the one ADD recorded.

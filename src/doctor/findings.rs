@@ -1,7 +1,7 @@
 //! The doctor's rules: what is wrong on the node, each finding with its severity and a
 //! one-line fix (docs/operations.md "Diagnosing a node" lists the codes).
 
-use super::collect::Note;
+use super::collect::{GoFile, Note};
 use super::report::{Finding, Report, Severity};
 use std::collections::BTreeMap;
 
@@ -136,19 +136,36 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                     "nothing to do: DEL restores link state auto, what a new VF has"
                 },
             )),
-            Note::GoCache(att, vf, "none") => out.push(finding(
-                Warning,
+            Note::GoCache(att, vf, GoFile::None) => out.push(finding(
+                Error,
                 "rollback-unready",
                 vf,
-                format!("{att} (VF {vf}) has no Go plugin cache file: after a rollback to the Go ib-sriov-cni, its DEL would find nothing to undo and leave the VF in the pod"),
-                "before rolling this node back, let this pod end (or re-create it) under this version with goCacheDir set (the default)",
+                format!("{att} (VF {vf}) has no Go plugin cache file (its ADD wrote none: an ib-sriov before goCacheDir, \"goCacheDir\": \"\", or its name was another file's): after a rollback to the Go ib-sriov-cni, its DEL would find nothing to undo and leave the VF in the pod"),
+                "before rolling this node back, let this pod end (or re-create it) under this version with goCacheDir set (the default), or keep this node on ib-sriov",
             )),
-            Note::GoCache(att, vf, _) => out.push(finding(
+            Note::GoCache(att, vf, GoFile::Unready { file, why, journal, missing }) => {
+                let by_hand = format!(
+                    "(umask 077; set -o noclobber; jq -j '.steps[] | select(.step == \"go_cache\") | .content' {journal} > {file})"
+                );
+                let fix = if *missing {
+                    format!("the plugin rewrites it from the journal (byte for byte what ADD wrote) at the network's next CNI GC that lists the attachment, or a CHECK of it; or by hand, on the node: {by_hand}; or let this pod end under ib-sriov before rolling this node back")
+                } else {
+                    format!("inspect it; if it is no other attachment's, move it out of the directory, then the network's next CNI GC (or a CHECK of the attachment) rewrites it from the journal, or by hand, on the node: {by_hand}; or let this pod end under ib-sriov before rolling this node back")
+                };
+                out.push(finding(
+                    Error,
+                    "rollback-unready",
+                    vf,
+                    format!("{att} (VF {vf}) is live but its Go plugin cache file {file} {why}: after a rollback to the Go ib-sriov-cni, its DEL would not undo this attachment and would leave the VF in the pod"),
+                    &fix,
+                ))
+            }
+            Note::GoCache(att, vf, GoFile::UndoneByGo(found)) => out.push(finding(
                 Info,
                 "undone-by-go",
                 vf,
-                format!("{att} (VF {vf}): its Go plugin cache file is gone (the Go ib-sriov-cni's DEL after a rollback removes it, and so does a hand cleanup of the directory)"),
-                "nothing to do: the next DEL or GC of it reads the VF, drops the journal when the VF is as the Go plugin's DEL leaves it, and otherwise restores the VF from the journal",
+                format!("{att} (VF {vf}): its Go plugin cache file is gone and the host shows the attachment ended by the Go ib-sriov-cni after a rollback: {found}"),
+                "nothing to do: the next DEL or GC of it reads the VF again and drops the journal without touching the VF",
             )),
             Note::IbKubernetes(_)
             | Note::WantsIsolation(_)

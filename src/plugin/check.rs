@@ -12,7 +12,30 @@ fn fail(msg: impl Into<String>) -> CniError {
     CniError::new(code::CHECK_FAILED, msg)
 }
 
+/// CHECK; once the attachment checked out (its pod netns and netdev proven the
+/// journal's), a missing Go plugin cache file of it is rewritten from the journal under
+/// the VF lock ([`super::steps::heal_go_cache`]); a failure of that is logged, never
+/// CHECK's answer.
 pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
+    let Some(j) = check_attachment(ctx)? else {
+        return Ok(());
+    };
+    if super::steps::missing_go_cache(&j).is_some() {
+        let (cid, ifname) = (j.container_id.clone(), j.ifname.clone());
+        let healed = super::teardown::load_locked(ctx, (&cid, &ifname), Some(j))
+            .and_then(|l| l.map_or(Ok(None), |(j, _lock)| super::steps::heal_go_cache(ctx, &j)));
+        if let Err(e) = healed {
+            log::warn!(
+                "CHECK of {cid}/{ifname}: its missing Go plugin cache file was not rewritten: {e}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// CHECK proper: `Ok(Some(journal))` when the attachment is ours and checked out,
+/// `Ok(None)` for one the Go plugin made.
+fn check_attachment(ctx: &Ctx) -> Result<Option<crate::journal::Journal>, CniError> {
     let (conf, env) = (ctx.conf, ctx.env);
     conf.cni_version
         .require(Version::V0_4_0, "CHECK needs cniVersion 0.4.0 or later")?;
@@ -25,7 +48,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
     let Some(j) = ctx.store.load(&env.container_id, &env.ifname)? else {
         // A cache file our own ADD wrote speaks for nothing without its journal.
         if let Some(go) = super::upgrade::find(ctx)?.filter(|g| g.ours.is_none()) {
-            return super::upgrade::check(ctx, &go);
+            return super::upgrade::check(ctx, &go).map(|()| None);
         }
         return Err(fail(format!(
             "no attachment {id}: no journal in {}",
@@ -116,7 +139,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
 
     if j.vf == j.pf {
         // PF passthrough: no VF attributes were set.
-        return Ok(());
+        return Ok(Some(j));
     }
     let host_nl = Netlink::open()?;
     let view = PfView::for_journal(&host_nl, &ctx.sysfs, &j);
@@ -141,7 +164,7 @@ pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
             }
         }
     }
-    Ok(())
+    Ok(Some(j))
 }
 
 /// CHECK's answer when the pod has no `CNI_IFNAME`: where the VF's netdev is instead.

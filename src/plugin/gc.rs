@@ -7,7 +7,9 @@
 //! attachment is not listed, the VF is restored exactly as DEL would (netdev back from
 //! the recorded netns if it is still alive, else taken as returned by the kernel; GUID
 //! and link state restored; never when another attachment's journal holds the VF), then
-//! the journal is removed. Every built-in IPAM allocation of the network held by an
+//! the journal is removed. A listed attachment whose Go plugin cache file is missing
+//! gets it back from its journal when the host proves it live (`steps::heal_go_cache`).
+//! Every built-in IPAM allocation of the network held by an
 //! unlisted attachment is released; a delegated IPAM plugin gets GC itself. Errors do
 //! not stop the sweep; they are all reported in one error (see `errors::ErrorList::into_result`: code 11
 //! when every failure was a lock timeout, else 102, each failure in `details`).
@@ -137,7 +139,8 @@ fn open_host<'a>(ctx: &'a Ctx) -> Result<Host<'a>, CniError> {
 
 /// Phase "restore the stale attachments": every journal of this network (`name`) whose
 /// attachment is not in `valid` is torn down as DEL would ([`restore_one`]), without
-/// releasing its IPAM allocation ([`release_ipam`] does that for the whole network).
+/// releasing its IPAM allocation ([`release_ipam`] does that for the whole network);
+/// every one in `valid` gets its missing Go plugin cache file back ([`heal_one`]).
 /// A failure is added to `errs` with the attachment and VF in its message, and the
 /// sweep goes on. Returns how many were restored.
 fn restore_stale(
@@ -149,8 +152,11 @@ fn restore_stale(
 ) -> u64 {
     let mut restored = 0;
     for j in journals {
-        if j.network != ctx.conf.name || valid.contains(&(j.container_id.clone(), j.ifname.clone()))
-        {
+        if j.network != ctx.conf.name {
+            continue;
+        }
+        if valid.contains(&(j.container_id.clone(), j.ifname.clone())) {
+            heal_one(ctx, j);
             continue;
         }
         log::info!(
@@ -183,6 +189,24 @@ fn restore_one(ctx: &Ctx, host: &Host, j: Journal) -> Result<(), CniError> {
         teardown::teardown_locked(ctx, host, &j, None, false)?;
     }
     hit("gc.journal")
+}
+
+/// A valid attachment of this network whose Go plugin cache file is missing (an
+/// admin's `rm` while its pod runs): the file is rewritten from the journal, read again
+/// under the VF lock, when the host proves the attachment live
+/// ([`super::steps::heal_go_cache`]), so a rollback to the Go plugin can still DEL it.
+/// One `lstat` per valid attachment when nothing is missing. A failure is logged, never
+/// GC's answer (GC releases; this only keeps a rollback possible).
+fn heal_one(ctx: &Ctx, j: Journal) {
+    if super::steps::missing_go_cache(&j).is_none() {
+        return;
+    }
+    let (cid, ifname) = (j.container_id.clone(), j.ifname.clone());
+    let healed = teardown::load_locked(ctx, (&cid, &ifname), Some(j))
+        .and_then(|l| l.map_or(Ok(None), |(j, _lock)| super::steps::heal_go_cache(ctx, &j)));
+    if let Err(e) = healed {
+        log::warn!("GC: the missing Go plugin cache file of {cid}/{ifname} was not rewritten: {e}");
+    }
 }
 
 /// Phase "release the IPAM": the built-in allocator releases every allocation of the

@@ -396,3 +396,98 @@ pub fn as_go_left(host: &super::Host, j: &Journal) -> Result<GoneFile, CniError>
     }
     Ok(GoneFile::AsGoLeavesIt(found.join(", ")))
 }
+
+/// The Go plugin cache file of `j` when it is missing (nothing at its path) although
+/// ADD wrote it: the journal is complete, of this boot, and its `go_cache` step holds
+/// what ADD wrote. A cheap `lstat`, for the callers to decide whether to take the VF
+/// lock and [`heal`].
+pub fn missing_file(j: &Journal) -> Option<&Path> {
+    if crate::boot::is_other(j.boot_id.as_deref()) {
+        return None;
+    }
+    file_gone(j)
+}
+
+/// Rewrites the missing Go plugin cache file of a live attachment (an admin's `rm`, a
+/// cleanup of `/var/lib/cni`), so a rollback to the Go plugin can still DEL it: the
+/// bytes ADD wrote, from the journal's `go_cache` step, by the same write ADD uses
+/// (created whole through a link, never over a file: one that appeared since is left
+/// alone), recorded in the Go cache directory's index. Called by GC for an attachment
+/// the runtime lists as valid and by CHECK once the attachment checked out, each with
+/// the VF lock held and `j` read under it (a DEL of ours removes the file and then the
+/// journal under that lock, so the file never outlives the journal through this).
+///
+/// Written only when the host proves the attachment live by identity, never by names:
+/// the pod netns at the journal's path is the one ADD recorded (`netnsId`: device and
+/// inode), and, unless in vfio mode, the VF's netdev is in it (its parent device is the
+/// VF, or its hardware address the one journaled). A file whose absence the Go plugin's
+/// DEL explains (the VF back in the host) is never written again: its netdev is not in
+/// the pod. `Ok(Some(path))` when written, `Ok(None)` when nothing was to be done or
+/// the attachment could not be proved live (logged at debug).
+///
+/// Errors: rtnetlink in the pod netns, or the write (code 11, naming the file).
+pub fn heal(ctx: &crate::plugin::Ctx, j: &Journal) -> Result<Option<std::path::PathBuf>, CniError> {
+    let Some(path) = missing_file(j).map(Path::to_path_buf) else {
+        return Ok(None);
+    };
+    let Some(content) = j.steps.iter().find_map(|s| match s {
+        Step::GoCache { content, .. } if !content.is_empty() => Some(content),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let att = format!("{}/{}", j.container_id, j.ifname);
+    let not_live = |why: String| {
+        log::debug!(
+            "the Go plugin cache file {} of {att} is missing, and is not rewritten: {why}",
+            path.display()
+        );
+        Ok(None)
+    };
+    let (Some(netns), Some(want)) = (j.netns.as_deref().filter(|n| !n.is_empty()), j.netns_id)
+    else {
+        return not_live("the journal records no pod netns identity".into());
+    };
+    let ns = match crate::netns::NetNs::open(netns) {
+        Ok(ns) => ns,
+        Err(e) => return not_live(format!("pod netns: {e}")),
+    };
+    if super::ns_id(&ns)? != want {
+        return not_live(format!("{netns} is not the netns ADD attached the VF to"));
+    }
+    if !j.vfio {
+        let Some((id, ..)) = j.netdev() else {
+            return not_live("the journal records no netdev".into());
+        };
+        let vf = j.vf.to_string();
+        let nl = crate::netlink::Netlink::open_in(&ns)?;
+        let in_pod = nl.links()?.into_iter().any(|l| match &l.parent_dev {
+            Some(p) => *p == vf,
+            None => !id.hwaddr.is_empty() && crate::types::format_hwaddr(&l.address) == id.hwaddr,
+        });
+        if !in_pod {
+            return not_live(format!("the netdev of VF {vf} is not in {netns}"));
+        }
+    }
+    let written =
+        super::super::go_index::creating(ctx.store.dir(), &path, || write_new(&path, content))
+            .map_err(|e| {
+                CniError::new(
+                    code::IO_FAILURE,
+                    format!("rewriting the Go plugin cache file {}: {e}", path.display()),
+                )
+            })?;
+    if !written {
+        log::warn!(
+            "the Go plugin cache file {} of {att} was missing, and another file has its name now: left alone; this attachment cannot be rolled back to the Go plugin without deleting its pod first",
+            path.display()
+        );
+        return Ok(None);
+    }
+    log::warn!(
+        "the Go plugin cache file {} of {att} (VF {}) was missing while its pod lives (removed by hand?): rewrote it from the journal, so a rollback to the Go plugin can still DEL this pod",
+        path.display(),
+        j.vf
+    );
+    Ok(Some(path))
+}

@@ -34,7 +34,9 @@ mod rdma_move;
 
 pub use addresses::DAD_WAIT;
 pub use device_info::undo as remove_device_info;
-pub use go_cache::{as_go_left, file_gone, GoneFile};
+pub use go_cache::{
+    as_go_left, file_gone, heal as heal_go_cache, missing_file as missing_go_cache, GoneFile,
+};
 pub use ipam::{release as release_ipam, release_with};
 pub use netdev::{
     find_in_host, netdev_after_rebind, netdev_id, rebind_driver, FALLBACK_NAME_PATTERN,
