@@ -1331,7 +1331,8 @@ fn doctor_takes_state_dir_more_than_once_and_refuses_a_relative_one() {
 /// finding, exit 0) until a VF has no RDMA device (an error naming that VF only);
 /// without defaults there is nothing to judge. On this machine (no RDMA subsystem, no
 /// fail point) ADD itself, under the same node file, refuses with the very message
-/// doctor shows: both run ADD's check.
+/// doctor shows: both run ADD's check. A vfio attachment made under the default is not
+/// taken for one that asked for isolation.
 #[test]
 fn doctor_reports_node_defaults_that_make_add_fail() {
     let (lab, h) = with_root(vfio_lab(3));
@@ -1418,6 +1419,29 @@ fn doctor_reports_node_defaults_that_make_add_fail() {
         "doctor {} / ADD {msg}",
         f[0]["message"]
     );
+
+    // A vfio attachment made under the default (which does not apply in vfio mode)
+    // asked for no isolation: in shared mode it is not `rdma-shared-with-isolation`.
+    let mut vfio_conf = lab.conf("1.0.0", 3);
+    vfio_conf.as_object_mut().unwrap().remove("ipam");
+    let add = common::lab::Run::from(lab.host.run_plugin(
+        &wrapper,
+        "ADD",
+        "vfio",
+        pod.netns(),
+        "net1",
+        &vfio_conf.to_string(),
+        &[],
+    ));
+    assert!(add.ok, "{} / {}", add.stdout, add.stderr);
+    let out = doctor_env(&lab, &h, &shared, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["attachments"].as_array().unwrap().len(), 1, "{j}");
+    assert!(
+        findings(&j, &["rdma-shared-with-isolation"]).is_empty(),
+        "{j}"
+    );
+    lab.del("vfio", pod.netns(), &vfio_conf).expect_ok();
 
     // No defaults: nothing to judge.
     set_node(&machine);
