@@ -442,6 +442,7 @@ impl NodeFile {
         };
         let have = self.installed()?;
         if want == have {
+            self.last_problem = None;
             return Ok(());
         }
         let ours = self.ours();
