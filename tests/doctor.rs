@@ -1332,7 +1332,8 @@ fn doctor_takes_state_dir_more_than_once_and_refuses_a_relative_one() {
 /// without defaults there is nothing to judge. On this machine (no RDMA subsystem, no
 /// fail point) ADD itself, under the same node file, refuses with the very message
 /// doctor shows: both run ADD's check. A vfio attachment made under the default is not
-/// taken for one that asked for isolation.
+/// taken for one that asked for isolation. A default the node file cannot hold (a path,
+/// an IPAM, a value of the wrong type) makes the file invalid: `node-file-invalid`.
 #[test]
 fn doctor_reports_node_defaults_that_make_add_fail() {
     let (lab, h) = with_root(vfio_lab(3));
@@ -1442,6 +1443,26 @@ fn doctor_reports_node_defaults_that_make_add_fail() {
         "{j}"
     );
     lab.del("vfio", pod.netns(), &vfio_conf).expect_ok();
+
+    // A default the node file cannot give (only `rdmaIsolation` describes the node; a
+    // path, an IPAM, a value of the wrong type belong to a network or are wrong): the
+    // file is invalid, every ADD is refused with code 7, and doctor says so, exit 1.
+    for bad in [
+        json!({"stateDir": "/nowhere"}),
+        json!({"ipam": {"type": "whereabouts"}}),
+        json!({"rdmaIsolation": "yes"}),
+    ] {
+        let mut n = machine.clone();
+        n["defaults"] = bad.clone();
+        set_node(&n);
+        let out = doctor_env(&lab, &h, &exclusive, &["--json"]);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let f = findings(&j, &["node-file-invalid"]);
+        assert_eq!(f.len(), 1, "{bad}: {j}");
+        assert_eq!(f[0]["severity"], "error");
+        assert_eq!(j["nodeFile"]["state"], "invalid");
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+    }
 
     // No defaults: nothing to judge.
     set_node(&machine);
