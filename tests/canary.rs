@@ -52,12 +52,18 @@ struct Canary {
 
 impl Canary {
     fn start(dir: &Path, log: &Path) -> Canary {
+        Canary::start_with(dir, log, &[])
+    }
+
+    /// [`Canary::start`] with `extra` arguments after the others.
+    fn start_with(dir: &Path, log: &Path, extra: &[String]) -> Canary {
         let child = Command::new(env!("CARGO_BIN_EXE_thin_entrypoint"))
             .arg("-cni-bin-dir")
             .arg(dir)
             .arg("-ib-sriov-cni-bin-file")
             .arg(bin())
             .args(["-keep-installed", &format!("-recheck-interval={RECHECK}")])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(log).unwrap())
@@ -309,7 +315,10 @@ fn the_canary_first_then_rolled_back_and_forward_again() {
 /// conf/ib-sriov-canary-daemonset.yaml: selects the labelled nodes, mounts the CNI
 /// directory where thin_entrypoint writes by default, and its `args` are what the real
 /// thin_entrypoint runs with: it installs, keeps the copy installed (a replaced copy is
-/// put back) and stops on SIGTERM.
+/// put back) and stops on SIGTERM. Its ConfigMap's node file (valid, with the RDMA
+/// recipe's default) is mounted where `-node-file` reads it and installed into the
+/// host's /etc/ib-sriov (mounted where the entrypoint writes by default) while the pod
+/// runs, then removed.
 #[test]
 fn the_canary_manifest_runs_the_entrypoint_that_keeps_ours() {
     let yaml = fs::read_to_string(
@@ -325,14 +334,46 @@ fn the_canary_manifest_runs_the_entrypoint_that_keeps_ours() {
     };
     assert_eq!(line("ib-sriov-canary:"), "ib-sriov-canary: \"true\"");
     assert_eq!(line("mountPath:"), "mountPath: /host/opt/cni/bin");
-    assert_eq!(line("kind:"), "kind: DaemonSet");
+    assert_eq!(
+        lines(&yaml, "kind:"),
+        ["kind: ConfigMap", "kind: DaemonSet"]
+    );
     // A YAML flow sequence of double-quoted strings is JSON.
     let args: Vec<String> =
         serde_json::from_str(line("args:").trim_start_matches("args:").trim()).unwrap();
     assert!(args.iter().any(|a| a == "-keep-installed"), "{args:?}");
+    // The node file: the ConfigMap's, mounted where `-node-file` reads it, installed
+    // into the host's /etc/ib-sriov (mounted at the entrypoint's default directory).
+    let node_arg = args
+        .iter()
+        .find_map(|a| a.strip_prefix("-node-file="))
+        .expect("-node-file in args");
+    let mounts = lines(&yaml, "mountPath:");
+    assert!(
+        mounts.contains(&format!(
+            "mountPath: {}",
+            Path::new(node_arg).parent().unwrap().display()
+        )),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.contains(&"mountPath: /host/etc/ib-sriov".to_string()),
+        "{mounts:?}"
+    );
+    let paths = lines(&yaml, "path:");
+    assert!(
+        paths.contains(&"path: /etc/ib-sriov".to_string()),
+        "{paths:?}"
+    );
+    assert!(yaml.contains("type: DirectoryOrCreate"));
+    let node_json = manifest_node_file(&yaml);
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("bin");
     fs::create_dir(&dir).unwrap();
+    let (cm, host_etc) = (d.path().join("cm"), d.path().join("etc-ib-sriov"));
+    fs::create_dir(&cm).unwrap();
+    fs::create_dir(&host_etc).unwrap();
+    fs::write(cm.join("node.json"), &node_json).unwrap();
     let log = d.path().join("canary.log");
     let child = Command::new(env!("CARGO_BIN_EXE_thin_entrypoint"))
         .arg("-cni-bin-dir")
@@ -340,6 +381,9 @@ fn the_canary_manifest_runs_the_entrypoint_that_keeps_ours() {
         .arg("-ib-sriov-cni-bin-file")
         .arg(bin())
         .args(&args)
+        // This machine's stand-ins for the two mounts (Go's flag package: the last wins).
+        .arg(format!("-node-file={}", cm.join("node.json").display()))
+        .arg(format!("-node-file-dir={}", host_etc.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(&log).unwrap())
@@ -355,9 +399,225 @@ fn the_canary_manifest_runs_the_entrypoint_that_keeps_ours() {
         c.log_text()
     );
     assert_eq!(installed(&dir), Plugin::Ours);
+    assert_eq!(
+        fs::read_to_string(host_etc.join("node.json")).unwrap(),
+        node_json
+    );
     go_installer(&dir);
     let t = Instant::now();
     wait_for(&c, "the re-install", || installed(&dir) == Plugin::Ours);
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     assert!(c.stop().contains("(1 re-install(s))"));
+    assert!(!host_etc.join("node.json").exists(), "removed on SIGTERM");
+}
+
+/// Every line of `yaml` that starts with `key` once trimmed, trimmed.
+fn lines(yaml: &str, key: &str) -> Vec<String> {
+    yaml.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(key))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The ConfigMap's `node.json` in the canary manifest: one line of JSON in single
+/// quotes. Panics unless the plugin's own parser accepts it with the RDMA recipe's
+/// default.
+fn manifest_node_file(yaml: &str) -> String {
+    let l = lines(yaml, "node.json:");
+    assert_eq!(l.len(), 1, "{l:?}");
+    let v = l[0]
+        .trim_start_matches("node.json:")
+        .trim()
+        .trim_matches('\'')
+        .to_string();
+    let p = ib_sriov_cni::policy::NodePolicy::from_json(Path::new("/"), v.as_bytes())
+        .unwrap_or_else(|e| panic!("{v}: {e}"));
+    assert_eq!(p.defaults.rdma_isolation, Some(true), "{v}");
+    v
+}
+
+/// What plain `ib-sriov doctor` says of the node file of a node whose `/etc/ib-sriov`
+/// is `etc`: its `nodeFile` object (state `valid` with its defaults, or `absent`).
+fn doctor_node_file(etc: &Path) -> Value {
+    let root = tempfile::tempdir().unwrap();
+    fs::create_dir(root.path().join("etc")).unwrap();
+    std::os::unix::fs::symlink(etc, root.path().join("etc/ib-sriov")).unwrap();
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--host-root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    j["nodeFile"].clone()
+}
+
+/// The node file follows the label (issue 50): the canary with `-node-file` installs
+/// the ConfigMap's node file into the host's `/etc/ib-sriov` when it starts (the node
+/// labelled), puts it back when it was removed by hand, installs a changed ConfigMap,
+/// keeps the installed file when the ConfigMap turns invalid (logged), and removes it
+/// on SIGTERM (the label removed); plain doctor sees it valid with the recipe's
+/// default, then absent. A node file it did not install is never replaced or removed.
+#[test]
+fn the_node_file_appears_and_disappears_with_the_label() {
+    let yaml = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/ib-sriov-canary-daemonset.yaml"),
+    )
+    .unwrap();
+    let node_json = manifest_node_file(&yaml);
+    let d = tempfile::tempdir().unwrap();
+    let (bin_dir, cm, etc) = (
+        d.path().join("bin"),
+        d.path().join("cm"),
+        d.path().join("etc-ib-sriov"),
+    );
+    for x in [&bin_dir, &cm, &etc] {
+        fs::create_dir(x).unwrap();
+    }
+    // kubelet's ConfigMap volume: the key a link into a `..data` directory.
+    let data = cm.join("..2026_11_28_00_00_00.1");
+    fs::create_dir(&data).unwrap();
+    fs::write(data.join("node.json"), &node_json).unwrap();
+    std::os::unix::fs::symlink(data.file_name().unwrap(), cm.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/node.json", cm.join("node.json")).unwrap();
+    let installed_node = etc.join("node.json");
+    let extra = [
+        format!("-node-file={}", cm.join("node.json").display()),
+        format!("-node-file-dir={}", etc.display()),
+    ];
+    assert_eq!(doctor_node_file(&etc)["state"], "absent");
+
+    // Labelled: the pod starts.
+    let c = Canary::start_with(&bin_dir, &d.path().join("canary.log"), &extra);
+    assert_eq!(fs::read_to_string(&installed_node).unwrap(), node_json);
+    let mode = fs::metadata(&installed_node).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+    let nf = doctor_node_file(&etc);
+    assert_eq!(
+        (nf["state"].as_str(), &nf["defaults"]),
+        (Some("valid"), &serde_json::json!({"rdmaIsolation": true})),
+        "{nf}"
+    );
+    // Removed by hand: put back at the next check.
+    fs::remove_file(&installed_node).unwrap();
+    wait_for(&c, "the node file put back", || installed_node.exists());
+    // The ConfigMap changed (kubelet swaps `..data`): installed.
+    let changed = r#"{"extraPathRoots": ["/data/cni"], "defaults": {"rdmaIsolation": true}}"#;
+    let data2 = cm.join("..2026_11_28_00_01_00.2");
+    fs::create_dir(&data2).unwrap();
+    fs::write(data2.join("node.json"), changed).unwrap();
+    std::os::unix::fs::symlink(data2.file_name().unwrap(), cm.join("..data.tmp")).unwrap();
+    fs::rename(cm.join("..data.tmp"), cm.join("..data")).unwrap();
+    wait_for(&c, "the changed node file", || {
+        fs::read_to_string(&installed_node).unwrap_or_default() == changed
+    });
+    // Turned invalid: logged once, the installed file kept.
+    fs::write(
+        data2.join("node.json"),
+        r#"{"defaults": {"rdmaIsolaton": true}}"#,
+    )
+    .unwrap();
+    wait_for(&c, "the invalid ConfigMap logged", || {
+        c.log_text().contains("is not a valid node file")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fs::read_to_string(&installed_node).unwrap(), changed);
+    assert_eq!(c.log_text().matches("is not a valid node file").count(), 1);
+    fs::write(data2.join("node.json"), changed).unwrap();
+
+    // The label removed: the pod gets SIGTERM and the file goes.
+    let log = c.stop();
+    assert!(log.contains("(the canary stops)"), "{log}");
+    assert!(!installed_node.exists());
+    assert_eq!(fs::read_dir(&etc).unwrap().count(), 0, "no record left");
+    assert_eq!(doctor_node_file(&etc)["state"], "absent");
+
+    // An admin's node file (or a MachineConfig's): never replaced, never removed.
+    let admin = r#"{"extraPathRoots": ["/srv"]}"#;
+    fs::write(&installed_node, admin).unwrap();
+    let c = Canary::start_with(&bin_dir, &d.path().join("canary2.log"), &extra);
+    assert!(
+        c.log_text().contains("was not installed by this canary"),
+        "{}",
+        c.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fs::read_to_string(&installed_node).unwrap(), admin);
+    c.stop();
+    assert_eq!(fs::read_to_string(&installed_node).unwrap(), admin);
+}
+
+/// `s` with its `%XX` escapes decoded (RFC 3986 percent-encoding, as a data URL's
+/// payload, RFC 2397). Panics on a malformed escape.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap();
+            out.push(u8::from_str_radix(hex, 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// conf/ib-sriov-node-file-machineconfig.yaml (OpenShift): a MachineConfigPool of the
+/// canary nodes (the worker MachineConfigs plus its own, nodes by the role label) and a
+/// MachineConfig of that role whose Ignition `storage.files` entry writes
+/// /etc/ib-sriov/node.json (mode 0644) from a percent-encoded data URL that decodes to
+/// the canary ConfigMap's node file, valid for the plugin's own parser.
+#[test]
+fn the_machineconfig_example_writes_the_recipes_node_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mc = fs::read_to_string(root.join("conf/ib-sriov-node-file-machineconfig.yaml")).unwrap();
+    let ds = fs::read_to_string(root.join("conf/ib-sriov-canary-daemonset.yaml")).unwrap();
+    assert_eq!(
+        lines(&mc, "kind:"),
+        ["kind: MachineConfigPool", "kind: MachineConfig"]
+    );
+    let api = lines(&mc, "apiVersion:");
+    assert!(
+        api.iter()
+            .all(|a| a == "apiVersion: machineconfiguration.openshift.io/v1"),
+        "{api:?}"
+    );
+    assert_eq!(
+        lines(&mc, "machineconfiguration.openshift.io/role:"),
+        ["machineconfiguration.openshift.io/role: ib-sriov-canary"]
+    );
+    assert_eq!(lines(&mc, "values:"), ["values: [worker, ib-sriov-canary]"]);
+    assert_eq!(
+        lines(&mc, "node-role.kubernetes.io/ib-sriov-canary:"),
+        ["node-role.kubernetes.io/ib-sriov-canary: \"\""]
+    );
+    assert_eq!(lines(&mc, "version:"), ["version: 3.2.0"]);
+    assert_eq!(lines(&mc, "- path:"), ["- path: /etc/ib-sriov/node.json"]);
+    assert_eq!(lines(&mc, "mode:"), ["mode: 420"], "0644");
+    let source = lines(&mc, "source:");
+    assert_eq!(source.len(), 1, "{source:?}");
+    let url = source[0].trim_start_matches("source:").trim();
+    let payload = url
+        .strip_prefix("data:,")
+        .unwrap_or_else(|| panic!("not a plain data URL: {url}"));
+    assert!(
+        payload
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"%-_.~".contains(&c)),
+        "percent-encoded: {payload}"
+    );
+    let node = percent_decode(payload);
+    assert_eq!(
+        node,
+        manifest_node_file(&ds),
+        "the same recipe as the canary's"
+    );
+    assert!(
+        mc.contains(&format!("# The file's content (percent-decoded): {node}\n")),
+        "the header shows it"
+    );
 }

@@ -131,6 +131,21 @@ fn doctor(lab: &Lab, h: &HostRoot, extra: &[&str]) -> Output {
     lab.host.host_exec(&args)
 }
 
+/// [`doctor`] under `env` (`KEY=VALUE` each, through env(1)).
+fn doctor_env(lab: &Lab, h: &HostRoot, env: &[&str], extra: &[&str]) -> Output {
+    if env.is_empty() {
+        return doctor(lab, h, extra);
+    }
+    let b = bin().display().to_string();
+    let hr = h.path().display().to_string();
+    let st = lab.state.display().to_string();
+    let mut args = vec!["env"];
+    args.extend_from_slice(env);
+    args.extend_from_slice(&[b.as_str(), "doctor", "--host-root", &hr, "--state-dir", &st]);
+    args.extend_from_slice(extra);
+    lab.host.host_exec(&args)
+}
+
 /// Replaces what differs from run to run with placeholders.
 fn normalize(lab: &Lab, h: &HostRoot, text: &str) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -213,6 +228,19 @@ fn check_golden(lab: &Lab, h: &HostRoot, name: &str) -> (Value, i32) {
 
 /// [`check_golden`] with extra doctor arguments.
 fn check_golden_with(lab: &Lab, h: &HostRoot, name: &str, extra: &[&str]) -> (Value, i32) {
+    check_golden_env(lab, h, name, &[], extra)
+}
+
+/// [`check_golden_with`] with the doctor run under `env` (`KEY=VALUE` each, through
+/// env(1)).
+fn check_golden_env(
+    lab: &Lab,
+    h: &HostRoot,
+    name: &str,
+    env: &[&str],
+    extra: &[&str],
+) -> (Value, i32) {
+    let doctor = |lab: &Lab, h: &HostRoot, extra: &[&str]| doctor_env(lab, h, env, extra);
     let out = doctor(lab, h, extra);
     assert!(
         out.stderr.is_empty(),
@@ -1352,4 +1380,154 @@ fn doctor_takes_state_dir_more_than_once_and_refuses_a_relative_one() {
             ("/run/b", "--state-dir")
         ]
     );
+}
+
+/// Node defaults that make ADD fail (issue 50): `{"defaults": {"rdmaIsolation": true}}`
+/// in the node file while the RDMA netns mode is shared makes every ADD of a network
+/// without the key fail with code 7, so plain doctor reports it as an error naming the
+/// netdev VFs (not the vfio one: the node default does not apply in vfio mode) and
+/// exits 1 (golden `node-default-shared`). In exclusive mode the default works (no
+/// finding, exit 0) until a VF has no RDMA device (an error naming that VF only);
+/// without defaults there is nothing to judge. On this machine (no RDMA subsystem, no
+/// fail point) ADD itself, under the same node file, refuses with the very message
+/// doctor shows: both run ADD's check. A vfio attachment made under the default is not
+/// taken for one that asked for isolation. A default the node file cannot hold (a path,
+/// an IPAM, a value of the wrong type) makes the file invalid: `node-file-invalid`.
+#[test]
+fn doctor_reports_node_defaults_that_make_add_fail() {
+    let (lab, h) = with_root(vfio_lab(3));
+    let machine: Value =
+        serde_json::from_slice(&std::fs::read("/etc/ib-sriov/node.json").unwrap()).unwrap();
+    let mut node = machine.clone();
+    node["defaults"] = json!({"rdmaIsolation": true});
+    // The node file under the host root: a copy of the machine's with `defaults`.
+    let node_dir = h.path().join("etc/ib-sriov");
+    std::fs::remove_file(&node_dir).unwrap();
+    std::fs::create_dir(&node_dir).unwrap();
+    let set_node = |v: &Value| std::fs::write(node_dir.join("node.json"), v.to_string()).unwrap();
+    set_node(&node);
+    let shared = ["IB_SRIOV_FAILPOINTS=doctor.rdma_netns_mode=shared"];
+    let exclusive = ["IB_SRIOV_FAILPOINTS=doctor.rdma_netns_mode=exclusive"];
+    let vfs = |n: &[u32]| -> String {
+        n.iter()
+            .map(|i| lab.host.vf(*i).addr.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+
+    let (j, rc) = check_golden_env(&lab, &h, "node-default-shared", &shared, &[]);
+    assert_eq!(rc, 1, "{j}");
+    let f = findings(&j, &["node-default-fails-add"]);
+    assert_eq!(f.len(), 1, "{j}");
+    assert_eq!(
+        (f[0]["severity"].as_str(), f[0]["subject"].as_str()),
+        (Some("error"), Some("/etc/ib-sriov/node.json"))
+    );
+    let m = f[0]["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!("on VF {} for every network", vfs(&[0, 1, 2])))
+            && m.contains("code 7")
+            && m.contains("shared netns mode"),
+        "{m}"
+    );
+
+    let out = doctor_env(&lab, &h, &exclusive, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(findings(&j, &["node-default-fails-add"]).is_empty(), "{j}");
+    assert_eq!(out.status.code(), Some(0), "{j}");
+
+    // VF 1 without its RDMA device (mlx5_ib not bound to it, say).
+    let ib = Path::new(&lab.host.vf(1).dir).join("infiniband");
+    let aside = lab.host.root().join("vf1-infiniband");
+    std::fs::rename(&ib, &aside).unwrap();
+    let out = doctor_env(&lab, &h, &exclusive, &["--json"]);
+    std::fs::rename(&aside, &ib).unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = findings(&j, &["node-default-fails-add"]);
+    assert_eq!(f.len(), 1, "{j}");
+    let m = f[0]["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!("on VF {} for every network", vfs(&[1])))
+            && m.contains("must have exactly one RDMA device"),
+        "{m}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+
+    // This machine's kernel: doctor's message is ADD's refusal, word for word.
+    let out = doctor(&lab, &h, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = findings(&j, &["node-default-fails-add"]);
+    assert_eq!(f.len(), 1, "{j}");
+    let (_d, wrapper) = common::policy::private_node_file(Some(&node.to_string()));
+    let pod = lab.host.new_pod();
+    let add = common::lab::Run::from(lab.host.run_plugin(
+        &wrapper,
+        "ADD",
+        "dflt",
+        pod.netns(),
+        "net1",
+        &lab.conf("1.0.0", 0).to_string(),
+        &[],
+    ));
+    assert_eq!(add.json["code"], 7, "{} / {}", add.stdout, add.stderr);
+    let msg = add.json["msg"].as_str().unwrap();
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("code 7 on VF {} for every network that leaves rdmaIsolation out (as the SR-IOV network operator renders them): {msg}", vfs(&[0, 1, 2]))),
+        "doctor {} / ADD {msg}",
+        f[0]["message"]
+    );
+
+    // A vfio attachment made under the default (which does not apply in vfio mode)
+    // asked for no isolation: in shared mode it is not `rdma-shared-with-isolation`.
+    let mut vfio_conf = lab.conf("1.0.0", 3);
+    vfio_conf.as_object_mut().unwrap().remove("ipam");
+    let add = common::lab::Run::from(lab.host.run_plugin(
+        &wrapper,
+        "ADD",
+        "vfio",
+        pod.netns(),
+        "net1",
+        &vfio_conf.to_string(),
+        &[],
+    ));
+    assert!(add.ok, "{} / {}", add.stdout, add.stderr);
+    let out = doctor_env(&lab, &h, &shared, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["attachments"].as_array().unwrap().len(), 1, "{j}");
+    assert!(
+        findings(&j, &["rdma-shared-with-isolation"]).is_empty(),
+        "{j}"
+    );
+    lab.del("vfio", pod.netns(), &vfio_conf).expect_ok();
+
+    // A default the node file cannot give (only `rdmaIsolation` describes the node; a
+    // path, an IPAM, a value of the wrong type belong to a network or are wrong): the
+    // file is invalid, every ADD is refused with code 7, and doctor says so, exit 1.
+    for bad in [
+        json!({"stateDir": "/nowhere"}),
+        json!({"ipam": {"type": "whereabouts"}}),
+        json!({"rdmaIsolation": "yes"}),
+    ] {
+        let mut n = machine.clone();
+        n["defaults"] = bad.clone();
+        set_node(&n);
+        let out = doctor_env(&lab, &h, &exclusive, &["--json"]);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let f = findings(&j, &["node-file-invalid"]);
+        assert_eq!(f.len(), 1, "{bad}: {j}");
+        assert_eq!(f[0]["severity"], "error");
+        assert_eq!(j["nodeFile"]["state"], "invalid");
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+    }
+
+    // No defaults: nothing to judge.
+    set_node(&machine);
+    let out = doctor_env(&lab, &h, &shared, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(findings(&j, &["node-default-fails-add"]).is_empty(), "{j}");
+    assert_eq!(out.status.code(), Some(0), "{j}");
+    assert_no_state(&lab);
 }

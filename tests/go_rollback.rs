@@ -757,3 +757,130 @@ fn the_doctors_fix_by_hand_writes_what_add_wrote() {
     lab.del("byhand", pod.netns(), &conf).expect_ok();
     assert!(!cache.exists());
 }
+
+/// The RDMA recipe across a per-node rollback (issue 50): a pod ADDed by ib-sriov from
+/// an operator-rendered network (no `rdmaIsolation`) with the node default
+/// `{"defaults": {"rdmaIsolation": true}}` has its RDMA device moved into the pod; our
+/// cache file must then be the one the Go plugin writes for the same network with
+/// `rdmaIsolation: true` (fixture `e-rdma-ibk8s`, byte for byte), so that the Go
+/// plugin's DEL after a rollback returns both the RDMA device (`handleVFCleanup`'s
+/// `MoveRdmaDevFromNs` of `RdmaNetState.containerRdmaDevName`, cmd/ib-sriov-cni/main.go
+/// and pkg/utils/rdma.go at 543060da) and the netdev. Our ADD runs in-process (the
+/// kernel here has no RDMA subsystem: the in-memory one stands in, exclusive mode) with
+/// the node defaults applied by the function the CLI applies them with; the rest as in
+/// [`rollback_case`]. Then (upgraded again) our DEL touches nothing.
+#[cfg(feature = "test-doubles")]
+#[test]
+fn rollback_of_a_pod_isolated_by_the_node_default_returns_the_rdma_device() {
+    use ib_sriov_cni::rdma::{MemoryRdma, NetnsKey, NetnsMode, RdmaDevice, RdmaOps};
+    let lab = Lab::new(common::emuhost::EmuOptions {
+        vfs: 5,
+        ..Default::default()
+    });
+    let f = manifest("e-rdma-ibk8s");
+    let (mut conf, dir) = conf(&lab, &f);
+    // What the SR-IOV network operator renders: no rdmaIsolation.
+    conf.as_object_mut().unwrap().remove("rdmaIsolation");
+    let host_key = NetnsKey::of_path(lab.host.host_netns_path()).unwrap();
+    let mem = MemoryRdma::new(host_key, NetnsMode::Exclusive);
+    for (i, vf) in lab.host.vfs().iter().enumerate() {
+        if let Some(r) = &vf.rdma {
+            mem.add_device(host_key, RdmaDevice::new(10 + i as u32, r.clone()));
+        }
+    }
+    let rdma = lab.host.vf(4).rdma.clone().unwrap();
+    let pod = lab.host.new_pod();
+    let pod_key = NetnsKey::of_path(&pod.path).unwrap();
+    let names_in =
+        |k: NetnsKey| -> Vec<String> { mem.devices_in(k).into_iter().map(|d| d.name).collect() };
+    let before = lab.host.snapshot();
+    let cid = f["containerID"].as_str().unwrap().to_string();
+    // One verb in-process, on a thread in the emulated host's netns, as the CLI runs
+    // it: the configuration parsed, then the node file's defaults applied.
+    let call = |cmd: &str| -> Result<Option<Value>, ib_sriov_cni::cni::CniError> {
+        let vars: std::collections::HashMap<String, String> = [
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid.as_str()),
+            ("CNI_NETNS", pod.netns()),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", cni_path().as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let stdin = conf.to_string();
+        let root = lab.host.root().to_path_buf();
+        let host_ns = std::fs::File::open(lab.host.host_netns_path()).unwrap();
+        let mem = mem.clone();
+        std::thread::spawn(move || {
+            nix::sched::setns(&host_ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let env = ib_sriov_cni::cni::CniEnv::from_map(&vars)?;
+            let mut conf = ib_sriov_cni::config::NetConf::parse(stdin.as_bytes())?;
+            let defaults: ib_sriov_cni::policy::NodeDefaults =
+                serde_json::from_value(json!({"rdmaIsolation": true})).unwrap();
+            defaults.apply(&mut conf);
+            ib_sriov_cni::plugin::run_with(&env, &conf, ib_sriov_cni::sysfs::Sysfs::new(root), &mem)
+        })
+        .join()
+        .expect("plugin thread panicked")
+    };
+    call("ADD").unwrap();
+    assert_eq!(
+        names_in(pod_key),
+        vec![rdma.clone()],
+        "the RDMA device in the pod"
+    );
+    assert_eq!(pod.links(), vec!["lo", "net1"], "and the IPoIB netdev");
+    let cache = dir.join(f["file"].as_str().unwrap());
+    compare_with_fixture(&f, &cache);
+    let c: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    assert_eq!(c["rdmaIsolation"], true);
+    assert_eq!(c["RdmaNetState"]["containerRdmaDevName"], rdma.as_str());
+
+    // Rolled back: the Go plugin's DEL from its cache file, its RDMA step included.
+    let host_fd = std::fs::File::open(lab.host.host_netns_path()).unwrap();
+    let rdma_back = |name: &str| {
+        let mut in_pod = mem.in_netns(pod_key);
+        let d = in_pod.device_by_name(name).unwrap().unwrap();
+        in_pod
+            .move_to_netns(d.index, std::os::fd::AsFd::as_fd(&host_fd))
+            .unwrap();
+    };
+    go_del_rdma(
+        &lab,
+        &f,
+        &pod,
+        &conf,
+        &cache,
+        Path::new(DEBIAN_CNI),
+        Some(&rdma_back),
+    );
+    assert!(names_in(pod_key).is_empty());
+    assert!(
+        names_in(host_key).contains(&rdma),
+        "the RDMA device is back"
+    );
+    let mut want = before.clone();
+    netdev_down(&lab, &mut want, 4);
+    ofed(
+        &lab,
+        &mut want,
+        lab.host.vf(4).ofed_node(),
+        lab.host.vf(4).port_guid.as_deref().unwrap(),
+    );
+    assert_eq!(
+        lab.host.snapshot(),
+        want,
+        "the netdev back, as Go's DEL leaves it"
+    );
+    assert_eq!(pod.links(), vec!["lo"]);
+    assert!(host_local_held(&lab, "ib-sriov-network").is_empty());
+
+    // Upgraded again: our DEL of the same attachment touches nothing.
+    let moves = mem.moves().len();
+    call("DEL").unwrap();
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+    assert_eq!(lab.host.snapshot(), want, "our DEL touched nothing");
+    assert_eq!(mem.moves().len(), moves, "no RDMA move");
+    assert!(names_in(host_key).contains(&rdma));
+}

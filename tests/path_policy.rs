@@ -377,6 +377,55 @@ fn node_defaults_fill_rdma_isolation_and_the_network_key_wins() {
     assert_eq!(lab.host.snapshot(), before);
 }
 
+/// The node default `rdmaIsolation: true` does not break the node's vfio networks
+/// (issue 50): a VF bound to vfio-pci has no RDMA device to move, so ADD of a network
+/// that leaves the key out attaches it (no RDMA move, the Go cache file without
+/// `rdmaIsolation`, so the Go plugin's DEL moves nothing either), whatever the RDMA
+/// subsystem (this machine has none); a network that sets `rdmaIsolation: true` on it
+/// is still refused (code 7), as before. Before the fix the default made every vfio
+/// ADD fail with code 7.
+#[test]
+fn the_node_default_rdma_isolation_leaves_vfio_networks_attachable() {
+    let lab = common::fixture::vfio_lab(3);
+    let pod = lab.host.new_pod();
+    let mut conf = lab.conf("1.1.0", 3);
+    conf.as_object_mut().unwrap().remove("ipam");
+    assert!(conf.get("rdmaIsolation").is_none());
+    let (_d, node) = private_node_file(Some(
+        r#"{"extraPathRoots": ["/tmp", "/dev/shm"], "defaults": {"rdmaIsolation": true}}"#,
+    ));
+    let before = lab.host.snapshot();
+    let r = run_via(&lab, &node, "ADD", "vfio-dflt", &pod, &conf);
+    assert!(r.ok, "{} / {}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("the node default rdmaIsolation does not apply"),
+        "{}",
+        r.stderr
+    );
+    let cache_dir = PathBuf::from(conf["goCacheDir"].as_str().unwrap());
+    let cache: Value =
+        serde_json::from_slice(&std::fs::read(cache_dir.join("vfio-dflt-net1")).unwrap()).unwrap();
+    assert!(cache.get("rdmaIsolation").is_none(), "{cache}");
+    assert_eq!(cache["vfioPciMode"], true, "{cache}");
+    assert_eq!(cache["RdmaNetState"]["containerRdmaDevName"], "", "{cache}");
+    let r = run_via(&lab, &node, "DEL", "vfio-dflt", &pod, &conf);
+    assert!(r.ok, "{} / {}", r.stdout, r.stderr);
+    assert_eq!(lab.host.snapshot(), before);
+
+    let mut explicit = conf.clone();
+    explicit["rdmaIsolation"] = json!(true);
+    let r = run_via(&lab, &node, "ADD", "vfio-explicit", &pod, &explicit);
+    assert_eq!(r.json["code"], 7, "{} / {}", r.stdout, r.stderr);
+    assert!(
+        r.json["msg"].as_str().unwrap().contains("vfio mode"),
+        "{}",
+        r.stdout
+    );
+    assert!(lab.journals().is_empty());
+    assert_eq!(lab.host.snapshot(), before);
+}
+
 /// The strings a configuration, a pod or a runtime chose cannot forge a log record:
 /// newlines, carriage returns, terminal escapes and Unicode line separators in an unknown
 /// key, `CNI_ARGS`, a GUID file's contents (echoed in the error), a refused path and an

@@ -55,6 +55,21 @@
 //!   re-installed (the same atomic, VERSION-checked install) and logged, with both
 //!   hashes and a count. A failed re-install is logged and tried again at the next
 //!   check. Not with `-no-sleep`.
+//! - `-node-file PATH` (with `-keep-installed`): the node file follows the canary
+//!   (docs/upgrading.md "The RDMA recipe in a mixed fleet"). `PATH` is the node file as
+//!   the canary DaemonSet mounts it from a ConfigMap (`/etc/ib-sriov-canary/node.json`);
+//!   it is validated with the plugin's own parser
+//!   (`ib_sriov_cni::policy::NodePolicy::from_json`, what every ADD applies) and
+//!   installed as `<-node-file-dir>/node.json` (default `/host/etc/ib-sriov`, the
+//!   host's `/etc/ib-sriov`) the same atomic way (temp file, fsync, rename, directory
+//!   fsync; mode 0644). Each check installs it again when the ConfigMap changed, puts it
+//!   back when it was removed, and removes the installed one when the ConfigMap no
+//!   longer has it; an invalid source is logged and the installed file left as it is.
+//!   On SIGTERM or SIGINT (the node's label removed, the pod deleted) the installed file
+//!   is removed. Only a file this canary installed is ever replaced or removed: its
+//!   SHA-256 is recorded in `<-node-file-dir>/.node.json.canary` before each change, and
+//!   a `node.json` whose hash is not recorded there (an admin's, a MachineConfig's) is
+//!   left alone, with an error line at each change of it.
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
@@ -79,6 +94,15 @@ const DEST_NAME: &str = "ib-sriov";
 const IPAM_DEST_NAME: &str = "ib-sriov-ipam";
 /// Mode of the installed plugin.
 const DEST_MODE: u32 = 0o755;
+/// Default of `-node-file-dir`: the host's `/etc/ib-sriov`, where the plugin reads its
+/// node file (`ib_sriov_cni::policy::NODE_FILE`).
+const DEFAULT_NODE_FILE_DIR: &str = "/host/etc/ib-sriov";
+/// The node file's name in that directory.
+const NODE_FILE_NAME: &str = "node.json";
+/// The record of the node files this canary installed (their SHA-256, one a line).
+const NODE_FILE_RECORD: &str = ".node.json.canary";
+/// Mode of the installed node file.
+const NODE_FILE_MODE: u32 = 0o644;
 /// Default of `-recheck-interval`.
 const DEFAULT_RECHECK: Duration = Duration::from_secs(10);
 /// How long the installed copy may take to answer `CNI_COMMAND=VERSION`.
@@ -100,6 +124,10 @@ Usage:
     \tWhile sleeping, re-install the binary when another installer replaced it
   -no-sleep
     \tExit after copying binary instead of sleeping
+  -node-file string
+    \tWith -keep-installed, the node file (a ConfigMap's) to keep installed while running, removed on exit
+  -node-file-dir string
+    \tWhere -node-file is installed as node.json (default \"/host/etc/ib-sriov\")
   -recheck-interval duration
     \tHow often -keep-installed checks the installed binary (default 10s)
 ";
@@ -114,6 +142,10 @@ struct Options {
     keep_installed: bool,
     /// `-recheck-interval`: how often `-keep-installed` looks.
     recheck: Duration,
+    /// `-node-file`: the node file to keep installed (see the module's documentation).
+    node_file: Option<PathBuf>,
+    /// `-node-file-dir`: where it is installed as [`NODE_FILE_NAME`].
+    node_file_dir: PathBuf,
     /// Arguments after the flags: ignored, as upstream ignores them.
     rest: Vec<OsString>,
 }
@@ -126,6 +158,8 @@ impl Default for Options {
             no_sleep: false,
             keep_installed: false,
             recheck: DEFAULT_RECHECK,
+            node_file: None,
+            node_file_dir: PathBuf::from(DEFAULT_NODE_FILE_DIR),
             rest: Vec::new(),
         }
     }
@@ -200,17 +234,18 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String
                         )
                     })?;
             }
-            b"cni-bin-dir" | b"ib-sriov-cni-bin-file" => {
+            b"cni-bin-dir" | b"ib-sriov-cni-bin-file" | b"node-file" | b"node-file-dir" => {
                 let v = match value {
                     Some(v) => v.to_os_string(),
                     None => args
                         .next()
                         .ok_or_else(|| format!("flag needs an argument: -{shown}"))?,
                 };
-                if name == b"cni-bin-dir" {
-                    opts.cni_bin_dir = PathBuf::from(v);
-                } else {
-                    opts.bin_file = PathBuf::from(v);
+                match name {
+                    b"cni-bin-dir" => opts.cni_bin_dir = PathBuf::from(v),
+                    b"node-file" => opts.node_file = Some(PathBuf::from(v)),
+                    b"node-file-dir" => opts.node_file_dir = PathBuf::from(v),
+                    _ => opts.bin_file = PathBuf::from(v),
                 }
             }
             b"h" | b"help" => return Ok(Parsed::Help),
@@ -220,6 +255,11 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String
     opts.rest.extend(args);
     if opts.keep_installed && opts.no_sleep {
         return Err("-keep-installed needs the sleep: it cannot be used with -no-sleep".into());
+    }
+    if opts.node_file.is_some() && !opts.keep_installed {
+        return Err(
+            "-node-file needs -keep-installed (it is kept installed while the canary runs)".into(),
+        );
     }
     Ok(Parsed::Run(opts))
 }
@@ -314,6 +354,181 @@ fn write_temp_copy(src: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
         return Err(e);
     }
     Ok(tmp)
+}
+
+/// The node file that follows the canary (`-node-file`, see the module's
+/// documentation): what the ConfigMap says, installed only over a file of its own.
+struct NodeFile {
+    /// The source (the ConfigMap's file).
+    src: PathBuf,
+    /// The host's directory (`-node-file-dir`).
+    dir: PathBuf,
+    /// The last problem logged, so each is logged once until it changes.
+    last_problem: Option<String>,
+}
+
+/// SHA-256 of `bytes`, in hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl NodeFile {
+    fn dst(&self) -> PathBuf {
+        self.dir.join(NODE_FILE_NAME)
+    }
+
+    fn record(&self) -> PathBuf {
+        self.dir.join(NODE_FILE_RECORD)
+    }
+
+    /// The hashes recorded as this canary's (empty without a record).
+    fn ours(&self) -> Vec<String> {
+        fs::read_to_string(self.record())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Writes the record (`hashes`, one a line), atomically; an empty list removes it.
+    fn write_record(&self, hashes: &[&str]) -> Result<()> {
+        if hashes.is_empty() {
+            return match fs::remove_file(self.record()) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    Err(e).with_context(|| format!("cannot remove {:?}", self.record()))
+                }
+                _ => Ok(()),
+            };
+        }
+        let text: String = hashes.iter().map(|h| format!("{h}\n")).collect();
+        write_atomic(&self.dir, NODE_FILE_RECORD, text.as_bytes(), 0o600)
+    }
+
+    /// The installed file's content: `Ok(None)` when there is none.
+    fn installed(&self) -> Result<Option<Vec<u8>>> {
+        match fs::read(self.dst()) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {:?}", self.dst())),
+        }
+    }
+
+    /// Logs `msg` unless it was the last one logged.
+    fn problem(&mut self, msg: String) {
+        if self.last_problem.as_deref() != Some(msg.as_str()) {
+            eprintln!("Error: {msg}");
+            self.last_problem = Some(msg);
+        }
+    }
+
+    /// One check: installs the source when it is valid and differs from the installed
+    /// file (replacing only a file of ours), removes ours when the source is gone.
+    fn sync(&mut self) {
+        if let Err(e) = self.try_sync() {
+            self.problem(format!("{e:#}"));
+        }
+    }
+
+    fn try_sync(&mut self) -> Result<()> {
+        let dst = self.dst();
+        let want = match fs::read(&self.src) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {:?}", self.src)),
+        };
+        let have = self.installed()?;
+        if want == have {
+            self.last_problem = None;
+            return Ok(());
+        }
+        let ours = self.ours();
+        if let Some(h) = &have {
+            let hash = sha256_hex(h);
+            if !ours.contains(&hash) {
+                bail!("{dst:?} exists and was not installed by this canary (sha256 {}): left as it is; merge the ConfigMap's keys into it, or remove it", &hash[..16]);
+            }
+        }
+        let Some(want) = want else {
+            fs::remove_file(&dst).with_context(|| format!("cannot remove {dst:?}"))?;
+            self.write_record(&[])?;
+            eprintln!("Removed {dst:?}: {:?} is gone", self.src);
+            self.last_problem = None;
+            return Ok(());
+        };
+        if let Err(e) = ib_sriov_cni::policy::NodePolicy::from_json(Path::new("/"), &want) {
+            bail!(
+                "{:?} is not a valid node file ({e}): {dst:?} left as it is",
+                self.src
+            );
+        }
+        let hash = sha256_hex(&want);
+        // Journaled before the change: both the old and the new content are ours
+        // until the rename is done.
+        let mut both: Vec<&str> = ours.iter().map(String::as_str).collect();
+        both.push(&hash);
+        self.write_record(&both)?;
+        write_atomic(&self.dir, NODE_FILE_NAME, &want, NODE_FILE_MODE)?;
+        self.write_record(&[&hash])?;
+        eprintln!(
+            "Installed {:?} as {dst:?} (sha256 {})",
+            self.src,
+            &hash[..16]
+        );
+        self.last_problem = None;
+        Ok(())
+    }
+
+    /// On exit: removes the installed file when it is ours, then the record.
+    fn remove(&mut self) {
+        let dst = self.dst();
+        let r = (|| -> Result<()> {
+            if let Some(h) = self.installed()? {
+                let hash = sha256_hex(&h);
+                if !self.ours().contains(&hash) {
+                    bail!(
+                        "{dst:?} was not installed by this canary (sha256 {}): left as it is",
+                        &hash[..16]
+                    );
+                }
+                fs::remove_file(&dst).with_context(|| format!("cannot remove {dst:?}"))?;
+                eprintln!("Removed {dst:?} (the canary stops)");
+            }
+            self.write_record(&[])
+        })();
+        if let Err(e) = r {
+            eprintln!("Error: {e:#}");
+        }
+    }
+}
+
+/// Writes `bytes` as `<dir>/<name>` atomically with mode `mode`: a new temp file
+/// ([`create_temp`]), fsync'd, renamed over the name, then `dir` fsync'd.
+/// Errors: those of [`create_temp`], the write, fsync or rename (the temp file is
+/// removed on each).
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+    let (tmp, mut out) = create_temp(dir, name)?;
+    let r = (|| -> Result<()> {
+        out.write_all(bytes)
+            .with_context(|| format!("cannot write {tmp:?}"))?;
+        out.set_permissions(fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot chmod {tmp:?}"))?;
+        out.sync_all()
+            .with_context(|| format!("cannot fsync {tmp:?}"))?;
+        fs::rename(&tmp, dir.join(name))
+            .with_context(|| format!("cannot rename {tmp:?} to {:?}", dir.join(name)))
+    })();
+    drop(out);
+    if let Err(e) = r {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot fsync directory {dir:?}"))
 }
 
 /// Installs `src` as `<dir>/<name>` atomically: writes a temp copy in `dir` (see
@@ -567,6 +782,14 @@ fn keep_installed(opts: &Options, signals: &SigSet) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut node = opts.node_file.as_ref().map(|src| NodeFile {
+        src: src.clone(),
+        dir: opts.node_file_dir.clone(),
+        last_problem: None,
+    });
+    if let Some(n) = node.as_mut() {
+        n.sync();
+    }
     eprintln!(
         "Keeping {:?} installed: checking every {:?} (sha256 {})",
         opts.cni_bin_dir.join(DEST_NAME),
@@ -575,8 +798,16 @@ fn keep_installed(opts: &Options, signals: &SigSet) -> ExitCode {
     );
     loop {
         match wait_signal(signals, opts.recheck) {
-            Ok(None) => keeper.check(opts),
+            Ok(None) => {
+                keeper.check(opts);
+                if let Some(n) = node.as_mut() {
+                    n.sync();
+                }
+            }
             Ok(Some(sig)) => {
+                if let Some(n) = node.as_mut() {
+                    n.remove();
+                }
                 eprintln!(
                     "Received signal {sig}, exiting... ({} re-install(s))",
                     keeper.reinstalls
@@ -971,6 +1202,61 @@ echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}'"#,
         );
         assert!(e.contains("no answer within 300ms"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn node_file_needs_keep_installed() {
+        let o = run(&["-keep-installed", "-node-file", "/cm/node.json"]);
+        assert_eq!(o.node_file, Some(PathBuf::from("/cm/node.json")));
+        assert_eq!(o.node_file_dir, PathBuf::from(DEFAULT_NODE_FILE_DIR));
+        let o = run(&["-keep-installed", "-node-file=/a", "--node-file-dir=/h/etc"]);
+        assert_eq!(o.node_file_dir, PathBuf::from("/h/etc"));
+        assert!(parse(&["-node-file=/a"])
+            .unwrap_err()
+            .contains("-node-file needs -keep-installed"));
+    }
+
+    /// The node file is installed only over a file of its own, validated first, and
+    /// removed only when it is its own.
+    #[test]
+    fn node_file_installs_and_removes_only_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src.json");
+        let dir = d.path().join("etc");
+        fs::create_dir(&dir).unwrap();
+        let mut n = NodeFile {
+            src: src.clone(),
+            dir: dir.clone(),
+            last_problem: None,
+        };
+        n.sync();
+        assert!(names(&dir).is_empty(), "no source, nothing installed");
+        fs::write(&src, "{\"defaults\": {\"rdmaIsolation\": 1}}").unwrap();
+        n.sync();
+        assert!(names(&dir).is_empty(), "invalid: nothing installed");
+        assert!(n
+            .last_problem
+            .as_deref()
+            .unwrap()
+            .contains("not a valid node file"));
+        fs::write(&src, "{\"defaults\": {\"rdmaIsolation\": true}}").unwrap();
+        n.sync();
+        assert_eq!(names(&dir), [NODE_FILE_RECORD, NODE_FILE_NAME]);
+        assert_eq!(n.ours(), [sha256_hex(&fs::read(&src).unwrap())]);
+        fs::remove_file(&src).unwrap();
+        n.sync();
+        assert!(names(&dir).is_empty(), "the source gone, ours removed");
+        fs::write(dir.join(NODE_FILE_NAME), "{}").unwrap();
+        fs::write(&src, "{\"defaults\": {\"rdmaIsolation\": true}}").unwrap();
+        n.sync();
+        assert_eq!(fs::read_to_string(dir.join(NODE_FILE_NAME)).unwrap(), "{}");
+        assert!(n
+            .last_problem
+            .as_deref()
+            .unwrap()
+            .contains("not installed by this canary"));
+        n.remove();
+        assert_eq!(fs::read_to_string(dir.join(NODE_FILE_NAME)).unwrap(), "{}");
     }
 
     #[test]

@@ -314,8 +314,11 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
                 notes.push(Note::GoCache(att.clone(), j.vf.to_string(), g));
             }
         }
-        // Or its ADD moved the RDMA device (an earlier release did without the key).
-        if j.rdma_isolation == Some(true) || j.rdma_device().is_some() {
+        // Or its ADD moved the RDMA device (an earlier release did without the key). A
+        // vfio attachment journaled with isolation took it from the node file's
+        // defaults, which do not apply in vfio mode (ADD refuses a network's own
+        // `rdmaIsolation: true` there): it asked for nothing.
+        if (j.rdma_isolation == Some(true) && !j.vfio) || j.rdma_device().is_some() {
             notes.push(Note::WantsIsolation(att));
         }
     }

@@ -11,6 +11,7 @@
 pub mod collect;
 pub mod findings;
 pub mod holders;
+pub mod node_defaults;
 pub mod report;
 pub mod text;
 
@@ -203,6 +204,13 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
             report.node_file.state = "invalid".into();
             report.node_file.error = Some(e.msg.clone());
         }
+    }
+    // Defaults that make ADD fail on this node (ADD's own checks, run for each free VF).
+    if let Ok(p) = &node {
+        findings.extend(node_defaults::findings(&report, paths, &p.defaults));
+        findings.sort_by(|a, b| {
+            (a.severity, &a.code, &a.subject).cmp(&(b.severity, &b.code, &b.subject))
+        });
     }
     if let Err(e) = node {
         findings.push(Finding {
@@ -499,7 +507,7 @@ fn device_checks(
     let (dev, is_pf, vfio) = crate::plugin::device_and_mode(&sysfs, conf, addr)?;
     warnings.extend(crate::plugin::device_warnings(conf, &dev, is_pf, vfio));
     crate::plugin::check_pkey_wait(&sysfs, conf, &dev, is_pf, vfio)?;
-    crate::plugin::rdma::plan_for(conf.rdma_isolation, &*rdma_provider(), &sysfs, &dev, vfio)?;
+    crate::plugin::rdma::plan_for(conf, &*rdma_provider(), &sysfs, &dev, vfio)?;
     let is_vf = dev.pf != dev.addr;
     let cur = vf_guids.get(&addr.to_string()).copied().flatten();
     let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) else {
@@ -530,7 +538,7 @@ pub const RDMA_CNI_TYPE: &str = "rdma";
 /// The RDMA netlink provider `--conf` judges `rdmaIsolation` with: the kernel's, or, in
 /// a `failpoints` build with `doctor.rdma_netns_mode` set, an in-memory RDMA subsystem
 /// in that mode (the test machines have none).
-fn rdma_provider() -> Box<dyn crate::plugin::rdma::RdmaProvider> {
+pub(crate) fn rdma_provider() -> Box<dyn crate::plugin::rdma::RdmaProvider> {
     #[cfg(feature = "failpoints")]
     if let Some(m) = crate::failpoint::value_at("doctor.rdma_netns_mode") {
         use crate::rdma::{MemoryRdma, NetnsKey, NetnsMode};

@@ -48,23 +48,42 @@ pub const SHARED_MODE_FIX: &str =
 /// (k8snetworkplumbingwg/ib-sriov-cni 543060d, `cmd/ib-sriov-cni/main.go`: the device
 /// moves only `if netConf.RdmaIsolation`, a `bool` that is false when the key is absent,
 /// `pkg/types/types.go`), so rdma-cni chained after this plugin finds the device in the
-/// host as it does under Go.
+/// host as it does under Go. A device in vfio mode has no RDMA device to move: a network
+/// that sets `rdmaIsolation: true` is refused (code 7), one that takes it from the node
+/// file's defaults ([`isolation_from_node`]) is attached without a move, since the node
+/// default describes the node's netdev VFs (the Go plugin skips the move in vfio mode
+/// too: `doVFConfig` returns before it, same file).
 pub(super) fn plan(ctx: &Ctx, dev: &VfDevice, vfio: bool) -> Result<Option<String>, CniError> {
-    plan_for(ctx.conf.rdma_isolation, ctx.rdma, &ctx.sysfs, dev, vfio)
+    plan_for(ctx.conf, ctx.rdma, &ctx.sysfs, dev, vfio)
 }
 
-/// [`plan`] from its parts: `rdmaIsolation`, the RDMA netlink provider and sysfs (what
-/// `ib-sriov doctor --conf` checks, with the kernel's provider, in the host netns).
+/// Whether `conf`'s `rdmaIsolation` came from the node file's defaults
+/// ([`crate::policy::NodeDefaults::apply`]): set, while the configuration as received
+/// (`conf.raw`) does not give the key.
+pub fn isolation_from_node(conf: &crate::config::NetConf) -> bool {
+    conf.rdma_isolation.is_some() && conf.raw.get("rdmaIsolation").is_none()
+}
+
+/// [`plan`] from its parts: the configuration (the node file's defaults applied), the
+/// RDMA netlink provider and sysfs. The one check of ADD that `ib-sriov doctor` runs
+/// too: with `--conf`, and for the node file's defaults on every VF of the node.
 ///
 /// Errors: as [`plan`].
 pub fn plan_for(
-    rdma_isolation: Option<bool>,
+    conf: &crate::config::NetConf,
     rdma: &dyn RdmaProvider,
     sysfs: &crate::sysfs::Sysfs,
     dev: &VfDevice,
     vfio: bool,
 ) -> Result<Option<String>, CniError> {
-    if rdma_isolation != Some(true) {
+    if conf.rdma_isolation != Some(true) {
+        return Ok(None);
+    }
+    if vfio && isolation_from_node(conf) {
+        log::info!(
+            "{} is in vfio mode: the node default rdmaIsolation does not apply (no RDMA device moves with a VF in vfio mode)",
+            dev.addr
+        );
         return Ok(None);
     }
     if vfio {

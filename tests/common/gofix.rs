@@ -216,6 +216,24 @@ pub fn go_del(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path) {
 }
 
 pub fn go_del_with(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path, cni_dir: &Path) {
+    go_del_rdma(lab, f, pod, conf, cache, cni_dir, None)
+}
+
+/// [`go_del_with`], with the Go plugin's RDMA step played by `rdma_back`: when the cache
+/// file has `rdmaIsolation: true`, `handleVFCleanup` (cmd/ib-sriov-cni/main.go at
+/// 543060da) moves `RdmaNetState.containerRdmaDevName` from the pod netns back to the
+/// host's (`utils.MoveRdmaDevFromNs`, pkg/utils/rdma.go) after `ReleaseVF` and before
+/// `ResetVFConfig`; `rdma_back` gets that name. Without `rdma_back` such a cache file
+/// panics: this host has no RDMA subsystem, so the caller must play the move.
+pub fn go_del_rdma(
+    lab: &Lab,
+    f: &Value,
+    pod: &Pod,
+    conf: &Value,
+    cache: &Path,
+    cni_dir: &Path,
+    rdma_back: Option<&dyn Fn(&str)>,
+) {
     let c: Value = serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
     // IPAM first, with the DEL call's own stdin (the cache keeps only ipam.type): the
     // plugin of that name on CNI_PATH, as `ipam.ExecDel` finds it.
@@ -256,6 +274,11 @@ pub fn go_del_with(lab: &Lab, f: &Value, pod: &Pod, conf: &Value, cache: &Path, 
                 .exec(&["ip", "link", "set", host, "netns", to])
                 .status
                 .success());
+        }
+        // MoveRdmaDevFromNs, when the cache file says rdmaIsolation (an error fails DEL).
+        if c["rdmaIsolation"] == true {
+            let name = c["RdmaNetState"]["containerRdmaDevName"].as_str().unwrap();
+            rdma_back.expect("a cache file with rdmaIsolation: play the RDMA move")(name);
         }
         // ResetVFConfig: the GUID ADD was given back as HostIFGUID (all-zero read as
         // all-ones), node and port, then the rebind (not in vfio mode); link state auto.
