@@ -1095,6 +1095,18 @@ fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
             .join("\n");
         (j["conf"][0].clone(), lookup)
     };
+    // The plugin only in OpenShift's directory: found there.
+    let oc = h.path().join("var/lib/cni/bin");
+    std::fs::create_dir_all(&oc).unwrap();
+    std::fs::copy("/usr/lib/cni/host-local", oc.join("host-local")).unwrap();
+    let (found, lookup) = check(&[]);
+    assert_eq!(found["ok"], true, "{found}");
+    assert!(
+        lookup.starts_with("network ibnet: delegated ipam plugin \"host-local\" found at /var/lib/cni/bin/host-local; looked up in /opt/cni/bin "),
+        "{lookup}"
+    );
+    // Nowhere: both directories named.
+    std::fs::remove_file(oc.join("host-local")).unwrap();
     let (none, lookup) = check(&[]);
     assert_eq!(none["ok"], false, "{none}");
     assert_eq!(
@@ -1105,16 +1117,7 @@ fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
         lookup,
         "network ibnet: delegated ipam plugin \"host-local\" not found; looked up in /opt/cni/bin (no containerd or CRI-O configuration found: the CNI default), /var/lib/cni/bin (no containerd or CRI-O configuration found: OpenShift's)"
     );
-    // OpenShift's directory only.
-    let oc = h.path().join("var/lib/cni/bin");
-    std::fs::create_dir_all(&oc).unwrap();
     std::fs::copy("/usr/lib/cni/host-local", oc.join("host-local")).unwrap();
-    let (found, lookup) = check(&[]);
-    assert_eq!(found["ok"], true, "{found}");
-    assert!(
-        lookup.starts_with("network ibnet: delegated ipam plugin \"host-local\" found at /var/lib/cni/bin/host-local; looked up in /opt/cni/bin "),
-        "{lookup}"
-    );
     // The node's containerd names another directory: only it is searched.
     h.write(
         "/etc/containerd/config.toml",
@@ -1209,9 +1212,7 @@ fn doctor_conf_shows_every_error_and_warning() {
 /// `doctor --conf` takes NetworkAttachmentDefinitions as admins have them (issue 50:
 /// "not JSON"): a YAML file of two documents, each NAD checked by its `spec.config`
 /// and reported by its `namespace/name`. The one with the built-in IPAM and no device
-/// is `conf-node-local-range` (Multus runs it on every node); the shipped per-node
-/// conflist `conf/multi-rail-same-subnet.conflist` is not, as a file, and is as a NAD's
-/// spec.config. A golden.
+/// is `conf-node-local-range` (Multus runs it on every node). A golden.
 #[test]
 fn doctor_conf_reads_network_attachment_definitions() {
     let (lab, h) = with_root(Lab::default());
@@ -1263,9 +1264,16 @@ fn doctor_conf_reads_network_attachment_definitions() {
             "conf-node-local-range team-a/ib-rail"
         ]
     );
+}
 
-    // The shipped per-node conflist: no conf-node-local-range as a node's file, one as
-    // a NAD's spec.config.
+/// No `conf-node-local-range` on the per-node file the docs ship (issue 50:
+/// `conf/multi-rail-same-subnet.conflist`, "one node's copy" in docs/configuration.md
+/// "Multi-rail pods", was warned about): a file that is not a NetworkAttachmentDefinition
+/// is one node's, with that node's own range. The same conflist as a NAD's spec.config,
+/// which every node runs as it is, is warned about.
+#[test]
+fn doctor_conf_node_local_range_for_a_nad_not_for_a_node_file() {
+    let (lab, h) = with_root(Lab::default());
     let shipped =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/multi-rail-same-subnet.conflist");
     let run = |p: &Path| -> Value {
