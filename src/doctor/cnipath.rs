@@ -23,6 +23,7 @@
 //! unset).
 
 use std::path::{Path, PathBuf};
+use toml::de::{DeTable, DeValue};
 
 /// Largest runtime configuration file read, in bytes.
 const MAX_CONFIG: u64 = 1 << 20;
@@ -109,28 +110,50 @@ pub fn of_node(root: &Path) -> CniPath {
     CniPath { dirs }
 }
 
-/// `root`'s file at node path `abs`, parsed as TOML; `None` when absent. A file that
-/// cannot be read or parsed reads as an empty table (the runtime's defaults).
-fn toml_at(root: &Path, abs: &str) -> Option<toml::Table> {
+/// `root`'s file at node path `abs`, as text; `None` when absent. A file that cannot be
+/// read reads as empty (the runtime's defaults).
+fn text_at(root: &Path, abs: &str) -> Option<String> {
     let p = root.join(abs.trim_start_matches('/'));
     if !p.exists() {
         return None;
     }
     let text = crate::fsutil::read_regular_bounded(&p, MAX_CONFIG).unwrap_or_default();
-    Some(
-        String::from_utf8_lossy(&text)
-            .parse::<toml::Table>()
-            .unwrap_or_default(),
-    )
+    Some(String::from_utf8_lossy(&text).into_owned())
 }
 
-/// The strings of a TOML string or list of strings.
-fn strings(v: &toml::Value) -> Vec<String> {
+/// `text` parsed as TOML (toml's parser, without serde); empty when it does not parse
+/// (the runtime's defaults).
+fn parse_toml(text: &str) -> DeTable<'_> {
+    DeTable::parse(text)
+        .map(|t| t.into_inner())
+        .unwrap_or_default()
+}
+
+/// The value of `key` in table `t`.
+fn get<'a, 'i>(t: &'a DeTable<'i>, key: &str) -> Option<&'a DeValue<'i>> {
+    t.iter()
+        .find(|(k, _)| k.get_ref().as_ref() == key)
+        .map(|(_, v)| v.get_ref())
+}
+
+/// The table at the path `keys` below `t`.
+fn table<'a, 'i>(t: &'a DeTable<'i>, keys: &[&str]) -> Option<&'a DeTable<'i>> {
+    keys.iter()
+        .try_fold(t, |t, k| get(t, k).and_then(DeValue::as_table))
+}
+
+/// The non-empty strings of a TOML string or list of strings.
+fn strings(v: &DeValue) -> Vec<String> {
     match v {
-        toml::Value::String(s) if !s.is_empty() => vec![s.clone()],
-        toml::Value::Array(a) => a
+        DeValue::String(s) if !s.is_empty() => vec![s.to_string()],
+        DeValue::Array(a) => a
             .iter()
-            .filter_map(|x| x.as_str().filter(|s| !s.is_empty()).map(String::from))
+            .filter_map(|x| {
+                x.get_ref()
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+            })
             .collect(),
         _ => Vec::new(),
     }
@@ -139,22 +162,18 @@ fn strings(v: &toml::Value) -> Vec<String> {
 /// containerd's CNI plugin directories, `None` without its configuration file.
 fn containerd(root: &Path) -> Option<Vec<(String, String)>> {
     const FILE: &str = "/etc/containerd/config.toml";
-    let t = toml_at(root, FILE)?;
-    let plugins = t.get("plugins").and_then(toml::Value::as_table);
+    let text = text_at(root, FILE)?;
+    let t = parse_toml(&text);
     for id in [
         "io.containerd.cri.v1.runtime",
         "io.containerd.grpc.v1.cri",
         "cri",
     ] {
-        let Some(cni) = plugins
-            .and_then(|p| p.get(id))
-            .and_then(|p| p.get("cni"))
-            .and_then(toml::Value::as_table)
-        else {
+        let Some(cni) = table(&t, &["plugins", id, "cni"]) else {
             continue;
         };
         for key in ["bin_dirs", "bin_dir"] {
-            let found = cni.get(key).map(strings).unwrap_or_default();
+            let found = get(cni, key).map(strings).unwrap_or_default();
             if !found.is_empty() {
                 let src = format!("containerd {FILE} plugins.\"{id}\".cni.{key}");
                 return Some(found.into_iter().map(|d| (d, src.clone())).collect());
@@ -185,17 +204,15 @@ fn crio(root: &Path) -> Option<Vec<(String, String)>> {
     let mut seen = false;
     let mut last = None;
     for f in &files {
-        let Some(t) = toml_at(root, f) else {
+        let Some(text) = text_at(root, f) else {
             continue;
         };
         seen = true;
-        let net = t
-            .get("crio")
-            .and_then(|c| c.get("network"))
-            .and_then(toml::Value::as_table);
+        let t = parse_toml(&text);
+        let net = table(&t, &["crio", "network"]);
         for key in ["plugin_dirs", "plugin_dir"] {
             let found = net
-                .and_then(|n| n.get(key))
+                .and_then(|n| get(n, key))
                 .map(strings)
                 .unwrap_or_default();
             if !found.is_empty() {
