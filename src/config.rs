@@ -404,6 +404,441 @@ pub(crate) fn parse_level(s: &str) -> Result<log::LevelFilter, CniError> {
     })
 }
 
+/// Where a parse's errors go. The verbs stop at the first ([`NetConf::parse_for`]: the
+/// runtime is told one error); `doctor --conf` runs every phase and keeps every error
+/// ([`NetConf::check_all`]), a key that fails taking its default so that the phases
+/// after it still run.
+struct Errors {
+    /// Keep going after an error (`doctor --conf`) instead of stopping at the first.
+    collect: bool,
+    /// The errors so far, each with the key it is about (`""` for the whole input).
+    list: Vec<(String, CniError)>,
+}
+
+/// A phase stopped the parse; its error is the last of [`Errors::list`].
+struct Stop;
+
+impl Errors {
+    /// `r`'s value; on an error, the error recorded and then [`Stop`], or, when
+    /// collecting, `fallback()` in place of the value.
+    fn take_or<T>(
+        &mut self,
+        key: &str,
+        r: Result<T, CniError>,
+        fallback: impl FnOnce() -> T,
+    ) -> Result<T, Stop> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) if self.collect => {
+                self.list.push((key.to_string(), e));
+                Ok(fallback())
+            }
+            Err(e) => Err(self.stop(key, e)),
+        }
+    }
+
+    /// [`Errors::take_or`] with the type's default (`None`, `false`) as the fallback.
+    fn take<T: Default>(&mut self, key: &str, r: Result<T, CniError>) -> Result<T, Stop> {
+        self.take_or(key, r, T::default)
+    }
+
+    /// Records `e`, after which nothing is checked, collecting or not.
+    fn stop(&mut self, key: &str, e: CniError) -> Stop {
+        self.list.push((key.to_string(), e));
+        Stop
+    }
+
+    /// Whether an error about `key` was recorded.
+    fn failed(&self, key: &str) -> bool {
+        self.list.iter().any(|(k, _)| k == key)
+    }
+}
+
+/// What [`NetConf::check_all`] finds in a configuration.
+#[derive(Debug)]
+pub struct Checked {
+    /// The configuration, each key that failed at its default (as if absent); `None`
+    /// only when the input is not a JSON object (then nothing else can be checked).
+    pub conf: Option<NetConf>,
+    /// Every error with the key it is about (`""`: the whole input; else the key's
+    /// path: `cniVersion`, `runtimeConfig.deviceID`, `ipam.dataDir`, ...), in the order
+    /// of the phases: the first is the one the verbs answer.
+    pub errors: Vec<(String, CniError)>,
+}
+
+impl Checked {
+    /// Whether an error about `key` (a path as in [`Checked::errors`]) was found.
+    pub fn failed(&self, key: &str) -> bool {
+        self.errors.iter().any(|(k, _)| k == key)
+    }
+}
+
+/// Phase "decode": stdin as a JSON object, and the keys read as [`RawConf`] of their
+/// JSON types. Nothing follows stdin that is not a JSON object (code 6). A key of the
+/// wrong type (`"name": 5`) is code 7; collecting, each such key is judged alone (the
+/// message the verbs give when it is the only one) and then left out.
+fn phase_decode(stdin: &[u8], errs: &mut Errors) -> Result<(Value, RawConf), Stop> {
+    let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
+        errs.stop(
+            "",
+            CniError::new(
+                crate::cni::code::DECODE_FAILURE,
+                format!("cannot decode the network configuration on stdin: {e}"),
+            ),
+        )
+    })?;
+    let Some(obj) = raw.as_object() else {
+        return Err(errs.stop(
+            "",
+            CniError::new(
+                crate::cni::code::DECODE_FAILURE,
+                "the network configuration on stdin is not a JSON object",
+            ),
+        ));
+    };
+    let invalid =
+        |e: serde_json::Error| CniError::config(format!("invalid network configuration: {e}"));
+    let whole = match RawConf::deserialize(&raw) {
+        Ok(rc) => return Ok((raw, rc)),
+        Err(e) => invalid(e),
+    };
+    if !errs.collect {
+        return Err(errs.stop("", whole));
+    }
+    let mut rest = obj.clone();
+    for (k, v) in obj {
+        let one = Value::Object(std::iter::once((k.clone(), v.clone())).collect());
+        if let Err(e) = RawConf::deserialize(&one) {
+            errs.list.push((k.clone(), invalid(e)));
+            rest.remove(k);
+        }
+    }
+    match RawConf::deserialize(&Value::Object(rest)) {
+        Ok(rc) => Ok((raw, rc)),
+        Err(_) => Err(errs.stop("", whole)),
+    }
+}
+
+/// Phase "identity": `cniVersion` (present, code 7; supported, code 1), `name`
+/// (present, [`validate_name`]) and `type` (present). Collecting, a bad `cniVersion`
+/// reads as the latest version.
+fn phase_identity(rc: &RawConf, errs: &mut Errors) -> Result<(Version, String), Stop> {
+    // A key left out by phase decode (the wrong JSON type) is reported there only.
+    let latest = Version::ALL[Version::ALL.len() - 1];
+    let ver = match rc.cni_version.as_deref() {
+        Some(v) => parse_version(v),
+        None if errs.failed("cniVersion") => Ok(latest),
+        None => Err(CniError::config("cniVersion is missing")),
+    };
+    let cni_version = errs.take_or("cniVersion", ver, || latest)?;
+    let name = match rc.name.as_deref().filter(|n| !n.is_empty()) {
+        Some(n) => validate_name(n).map(|()| n.to_string()),
+        None if errs.failed("name") => Ok(String::new()),
+        None => Err(CniError::config("name is missing")),
+    };
+    let name = errs.take("name", name)?;
+    if rc.plugin_type.as_deref().unwrap_or("").is_empty() && !errs.failed("type") {
+        errs.take("type", Err::<(), _>(CniError::config("type is missing")))?;
+    }
+    Ok((cni_version, name))
+}
+
+/// Phase "device": the VF's PCI address from `runtimeConfig.deviceID` (capability),
+/// `deviceID` and `pciBusID`, the first given winning; a later one that differs is a
+/// warning.
+fn phase_device(
+    rc: &RawConf,
+    rt: &RawRuntimeConfig,
+    warnings: &mut Vec<String>,
+    errs: &mut Errors,
+) -> Result<Option<PciAddress>, Stop> {
+    let mut device_id = None;
+    for (val, key) in [
+        (&rt.device_id, "runtimeConfig.deviceID"),
+        (&rc.device_id, "deviceID"),
+        (&rc.pci_bus_id, "pciBusID"),
+    ] {
+        let addr = opt_str(val, key).and_then(|s| {
+            s.map(|s| {
+                s.parse::<PciAddress>()
+                    .map_err(|e| CniError::config(format!("{key}: {e}")))
+            })
+            .transpose()
+        });
+        let Some(addr) = errs.take(key, addr)? else {
+            continue;
+        };
+        match device_id {
+            None => device_id = Some(addr),
+            Some(prev) if prev != addr => warnings.push(format!(
+                "{key} {addr} differs from the higher-precedence device {prev}; using {prev}"
+            )),
+            _ => {}
+        }
+    }
+    Ok(device_id)
+}
+
+/// Phase "guid": the pod's GUID from `runtimeConfig.infinibandGUID` (capability), else
+/// `args.cni.guid` (each an assignable GUID), and whether ib-kubernetes configured the
+/// pod (`args.cni["mellanox.infiniband.app"] == "configured"`). The top-level `guid` is
+/// never applied: a warning.
+fn phase_guid(
+    rc: &RawConf,
+    rt: &RawRuntimeConfig,
+    warnings: &mut Vec<String>,
+    errs: &mut Errors,
+) -> Result<(Option<(Guid, GuidSource)>, bool), Stop> {
+    // args.cni: values of any JSON type; only `guid` and the ib-kubernetes key are read.
+    let args_cni = rc
+        .args
+        .as_ref()
+        .and_then(|a| a.get("cni"))
+        .and_then(Value::as_object);
+    let args_guid = args_cni.and_then(|m| m.get("guid")).cloned();
+    let ib_kubernetes_configured = args_cni
+        .and_then(|m| m.get(IB_K8S_APP_KEY))
+        .and_then(Value::as_str)
+        == Some("configured");
+
+    let mut guid = None;
+    for (val, key, src) in [
+        (
+            &rt.infiniband_guid,
+            "runtimeConfig.infinibandGUID",
+            GuidSource::RuntimeConfig,
+        ),
+        (&args_guid, "args.cni.guid", GuidSource::ArgsCni),
+    ] {
+        let g = opt_str(val, key).and_then(|s| s.map(|s| parse_guid(s, key)).transpose());
+        if let Some(g) = errs.take(key, g)? {
+            if guid.is_none() {
+                guid = Some((g, src));
+            }
+        }
+    }
+
+    // The top-level `guid` is not applied: it is one value for every pod of the
+    // network, so two pods would get the same GUID on the fabric. The Go plugin
+    // ignores it too (k8snetworkplumbingwg/ib-sriov-cni 543060da, pkg/types/types.go:
+    // `GUID string `json:"-"``).
+    if rc.guid.as_ref().is_some_and(|g| !g.is_null()) {
+        warnings.push(
+            "guid: the top-level key is ignored (one GUID for every pod of the network would give two pods the same GUID on the fabric; the Go plugin ignores it too); give each pod its GUID with runtimeConfig.infinibandGUID (capability \"infinibandGUID\", Multus' infiniband-guid) or args.cni.guid".into(),
+        );
+    }
+    Ok((guid, ib_kubernetes_configured))
+}
+
+/// What phase "vf" reads: how the VF is set up.
+#[derive(Default)]
+struct VfKeys {
+    pkey: Option<u16>,
+    link_state: Option<LinkState>,
+    rdma_isolation: Option<bool>,
+    ib_kubernetes_enabled: bool,
+    vfio_pci_mode: Option<bool>,
+}
+
+/// Phase "vf": `pkey` ([`parse_pkey`]), `link_state` (`auto|enable|disable`),
+/// `rdmaIsolation`, `ibKubernetesEnabled` and `vfioPciMode` (booleans).
+fn phase_vf(rc: &RawConf, errs: &mut Errors) -> Result<VfKeys, Stop> {
+    let pkey = opt_str(&rc.pkey, "pkey").and_then(|s| s.map(parse_pkey).transpose());
+    let link_state = opt_str(&rc.link_state, "link_state").and_then(|s| {
+        s.map(|s| s.parse::<LinkState>().map_err(CniError::config))
+            .transpose()
+    });
+    Ok(VfKeys {
+        pkey: errs.take("pkey", pkey)?,
+        link_state: errs.take("link_state", link_state)?,
+        rdma_isolation: errs.take(
+            "rdmaIsolation",
+            opt_bool(&rc.rdma_isolation, "rdmaIsolation"),
+        )?,
+        ib_kubernetes_enabled: errs
+            .take(
+                "ibKubernetesEnabled",
+                opt_bool(&rc.ib_kubernetes_enabled, "ibKubernetesEnabled"),
+            )?
+            .unwrap_or(false),
+        vfio_pci_mode: errs.take("vfioPciMode", opt_bool(&rc.vfio_pci_mode, "vfioPciMode"))?,
+    })
+}
+
+/// Phase "ipam": `ipam` is an object or absent, its `type` a string; without a type it
+/// is no IPAM. The built-in IPAM's `dataDir` is checked here, for every verb
+/// ([`crate::ipam::validate_data_dir`]); the rest of it where the verbs use it
+/// ([`crate::ipam::IpamConfig::from_json`]).
+fn phase_ipam(ipam: Option<Value>, errs: &mut Errors) -> Result<Option<Value>, Stop> {
+    let (key, r) = match ipam {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v @ Value::Object(_)) => match v.get("type") {
+            // No type (`"ipam": {}`, what the SR-IOV network operator renders for a
+            // SriovIBNetwork without spec.ipam): no IPAM, as in the Go plugin
+            // (k8snetworkplumbingwg/ib-sriov-cni 543060da, cmd/ib-sriov-cni/main.go:
+            // `if netConf.IPAM.Type != ""`). Its other keys are ignored.
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(t)) if t.is_empty() => return Ok(None),
+            Some(Value::String(_)) => {
+                let dd = if crate::ipam::is_builtin(&v) {
+                    crate::ipam::validate_data_dir(v.get("dataDir"))
+                        .map_err(|e| CniError::config(format!("ipam.{}", e.message())))
+                } else {
+                    Ok(())
+                };
+                ("ipam.dataDir", dd.map(|()| Some(v)))
+            }
+            Some(other) => (
+                "ipam.type",
+                Err(CniError::config(format!(
+                    "ipam.type must be a string, got {other}"
+                ))),
+            ),
+        },
+        Some(other) => (
+            "ipam",
+            Err(CniError::config(format!(
+                "ipam must be an object, got {other}"
+            ))),
+        ),
+    };
+    errs.take(key, r)
+}
+
+/// Phase "log": `logLevel` ([`parse_level`]; default info) and `logFile`, which is
+/// never refused: an unusable one (relative, a directory, a FIFO, a device, a symlink,
+/// stdout itself) sends the log to stderr with one warning ([`crate::logging::init`]);
+/// logging must not keep a pod's network from working.
+fn phase_log(rc: &RawConf, errs: &mut Errors) -> Result<(log::LevelFilter, Option<PathBuf>), Stop> {
+    let level = rc
+        .log_level
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(parse_level)
+        .transpose();
+    let level = errs
+        .take("logLevel", level)?
+        .unwrap_or(log::LevelFilter::Info);
+    let file = rc
+        .log_file
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from);
+    Ok((level, file))
+}
+
+/// A path key's value: `None` when absent or `""`, else an absolute path without NUL.
+///
+/// Errors: code 7 naming `key` and the value.
+fn abs_path(s: Option<&str>, key: &str) -> Result<Option<PathBuf>, CniError> {
+    match s.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(p) if p.starts_with('/') && !p.contains('\0') => Ok(Some(PathBuf::from(p))),
+        Some(p) => Err(CniError::config(format!(
+            "{key} {p:?} must be an absolute path"
+        ))),
+    }
+}
+
+/// Phase "state": `stateDir` (default [`DEFAULT_STATE_DIR`]) and
+/// `runtimeConfig.CNIDeviceInfoFile`, absolute paths ([`abs_path`]).
+fn phase_state(
+    rc: &RawConf,
+    rt: &RawRuntimeConfig,
+    errs: &mut Errors,
+) -> Result<(PathBuf, Option<PathBuf>), Stop> {
+    let state_dir = errs
+        .take("stateDir", abs_path(rc.state_dir.as_deref(), "stateDir"))?
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let key = "runtimeConfig.CNIDeviceInfoFile";
+    let device_info_file = errs.take(key, abs_path(rt.device_info_file.as_deref(), key))?;
+    Ok((state_dir, device_info_file))
+}
+
+/// Phase "prevResult": decoded only when `decode` (CHECK; SPEC.md: ADD and DEL may
+/// receive a prevResult and must not fail on it).
+fn phase_prev_result(
+    rc: &RawConf,
+    decode: bool,
+    errs: &mut Errors,
+) -> Result<Option<CniOutput>, Stop> {
+    match rc.prev_result.as_ref().filter(|v| !v.is_null()) {
+        Some(v) if decode => {
+            let r = CniOutput::from_json(v).map(Some).map_err(|e| CniError {
+                msg: format!("prevResult: {}", e.msg),
+                ..e
+            });
+            errs.take("prevResult", r)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Phase "guidFallback": where a VF without a GUID gets one, `guidFile` (an absolute
+/// path, default [`crate::vfguid::DEFAULT_GUID_FILE`]) and `deriveGuid` (a boolean).
+fn phase_guid_fallback(rc: &RawConf, errs: &mut Errors) -> Result<(PathBuf, bool), Stop> {
+    let file = opt_str(&rc.guid_file, "guidFile").and_then(|s| abs_path(s, "guidFile"));
+    let file = errs
+        .take("guidFile", file)?
+        .unwrap_or_else(|| PathBuf::from(crate::vfguid::DEFAULT_GUID_FILE));
+    let derive = errs
+        .take("deriveGuid", opt_bool(&rc.derive_guid, "deriveGuid"))?
+        .unwrap_or(false);
+    Ok((file, derive))
+}
+
+/// Phase "goCache": `goCacheDir`, an absolute path (default
+/// [`crate::gocache::GO_CACHE_DIR`]), or `""` for none.
+fn phase_go_cache(rc: &RawConf, errs: &mut Errors) -> Result<Option<PathBuf>, Stop> {
+    let dir = match &rc.go_cache_dir {
+        Some(Value::String(s)) if s.is_empty() => return Ok(None),
+        v => opt_str(v, "goCacheDir").and_then(|s| abs_path(s, "goCacheDir")),
+    };
+    Ok(errs
+        .take("goCacheDir", dir)?
+        .or_else(|| Some(PathBuf::from(crate::gocache::GO_CACHE_DIR))))
+}
+
+/// Phase "waits": `lockTimeoutMs` (1 to 600000, default [`DEFAULT_LOCK_TIMEOUT_MS`])
+/// and `pkeyWaitMs` (1 to [`MAX_PKEY_WAIT_MS`]), which needs a `pkey` (`pkey`: the
+/// parsed one; one that failed its phase is not reported missing).
+fn phase_waits(
+    rc: &RawConf,
+    pkey: Option<u16>,
+    errs: &mut Errors,
+) -> Result<(std::time::Duration, Option<std::time::Duration>), Stop> {
+    let lock = match &rc.lock_timeout_ms {
+        None | Some(Value::Null) => Ok(DEFAULT_LOCK_TIMEOUT_MS),
+        Some(v) => match v.as_u64() {
+            Some(ms) if (1..=600_000).contains(&ms) => Ok(ms),
+            _ => Err(CniError::config(format!(
+                "lockTimeoutMs must be an integer from 1 to 600000, got {v}"
+            ))),
+        },
+    };
+    let lock = errs.take_or("lockTimeoutMs", lock, || DEFAULT_LOCK_TIMEOUT_MS)?;
+    let pkey_given = pkey.is_some() || errs.failed("pkey");
+    let wait = match &rc.pkey_wait_ms {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(ms) if (1..=MAX_PKEY_WAIT_MS).contains(&ms) => {
+                if pkey_given {
+                    Ok(Some(std::time::Duration::from_millis(ms)))
+                } else {
+                    Err(CniError::config(format!(
+                        "pkeyWaitMs {ms} needs pkey: it waits for that partition key in the VF's pkey table"
+                    )))
+                }
+            }
+            _ => Err(CniError::config(format!(
+                "pkeyWaitMs must be an integer from 1 to {MAX_PKEY_WAIT_MS}, got {v}"
+            ))),
+        },
+    };
+    let wait = errs.take("pkeyWaitMs", wait)?;
+    Ok((std::time::Duration::from_millis(lock), wait))
+}
+
 impl NetConf {
     /// Parses and validates stdin for `command`: as [`NetConf::parse`], except that
     /// `prevResult` is decoded (and a malformed one refused) only for CHECK; the other
@@ -425,232 +860,81 @@ impl NetConf {
     /// sends the log to stderr ([`crate::logging::init`]). (`ipam.type` naming this
     /// plugin is refused where the delegate is looked up, [`crate::cni::Delegate::find`].)
     ///
+    /// The parse runs in phases, in this order, and stops at the first error: decode
+    /// ([`phase_decode`]), identity, device, guid, vf, ipam, log, state, prevResult,
+    /// guidFallback, goCache, waits, then the warnings for keys nothing reads
+    /// ([`unknown_keys`]). [`NetConf::check_all`] runs them all.
+    ///
     /// Errors: code 6 when stdin is not a JSON object; code 1 for an unsupported
     /// `cniVersion`; code 7 for every invalid key, naming the key and the expected form.
     pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
         Self::parse_inner(stdin, true)
     }
 
+    /// Every error of stdin as the verb `command` parses it, not only the first: each
+    /// phase of [`NetConf::parse`] runs, a key that fails taking its default (as if it
+    /// were absent), so one bad value hides no other (`ib-sriov doctor --conf`). The
+    /// first error is the one [`NetConf::parse_for`] answers; the rules are the same
+    /// code, not a second list.
+    pub fn check_all(stdin: &[u8], command: Command) -> Checked {
+        let mut errs = Errors {
+            collect: true,
+            list: Vec::new(),
+        };
+        let conf = Self::parse_phases(stdin, command == Command::Check, &mut errs).ok();
+        Checked {
+            conf,
+            errors: errs.list,
+        }
+    }
+
     fn parse_inner(stdin: &[u8], decode_prev_result: bool) -> Result<NetConf, CniError> {
-        let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
-            CniError::new(
-                crate::cni::code::DECODE_FAILURE,
-                format!("cannot decode the network configuration on stdin: {e}"),
+        let mut errs = Errors {
+            collect: false,
+            list: Vec::new(),
+        };
+        Self::parse_phases(stdin, decode_prev_result, &mut errs).map_err(|Stop| {
+            errs.list.pop().map_or_else(
+                || CniError::config("invalid network configuration"),
+                |(_, e)| e,
             )
-        })?;
-        if !raw.is_object() {
-            return Err(CniError::new(
-                crate::cni::code::DECODE_FAILURE,
-                "the network configuration on stdin is not a JSON object",
-            ));
-        }
-        let rc = RawConf::deserialize(&raw)
-            .map_err(|e| CniError::config(format!("invalid network configuration: {e}")))?;
-        let ver = rc
-            .cni_version
-            .as_deref()
-            .ok_or_else(|| CniError::config("cniVersion is missing"))?;
-        let cni_version = parse_version(ver)?;
-        let name = rc
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| CniError::config("name is missing"))?;
-        validate_name(&name)?;
-        if rc.plugin_type.as_deref().unwrap_or("").is_empty() {
-            return Err(CniError::config("type is missing"));
-        }
-        let rt = rc.runtime_config.unwrap_or_default();
+        })
+    }
 
-        // deviceID: runtimeConfig.deviceID (capability), deviceID, pciBusID.
+    /// The phases of [`NetConf::parse`], in order, their errors going to `errs`.
+    fn parse_phases(
+        stdin: &[u8],
+        decode_prev_result: bool,
+        errs: &mut Errors,
+    ) -> Result<NetConf, Stop> {
+        let (raw, mut rc) = phase_decode(stdin, errs)?;
+        let (cni_version, name) = phase_identity(&rc, errs)?;
+        let rt = rc.runtime_config.take().unwrap_or_default();
         let mut warnings = Vec::new();
-        let mut device_id = None;
-        for (val, key) in [
-            (&rt.device_id, "runtimeConfig.deviceID"),
-            (&rc.device_id, "deviceID"),
-            (&rc.pci_bus_id, "pciBusID"),
-        ] {
-            if let Some(s) = opt_str(val, key)? {
-                let addr: PciAddress = s
-                    .parse()
-                    .map_err(|e| CniError::config(format!("{key}: {e}")))?;
-                match device_id {
-                    None => device_id = Some(addr),
-                    Some(prev) if prev != addr => warnings.push(format!(
-                        "{key} {addr} differs from the higher-precedence device {prev}; using {prev}"
-                    )),
-                    _ => {}
-                }
-            }
-        }
-
-        // args.cni: values of any JSON type; only `guid` and the ib-kubernetes key are read.
-        let args_cni = rc
-            .args
-            .as_ref()
-            .and_then(|a| a.get("cni"))
-            .and_then(Value::as_object);
-        let args_guid = args_cni.and_then(|m| m.get("guid")).cloned();
-        let ib_kubernetes_configured = args_cni
-            .and_then(|m| m.get(IB_K8S_APP_KEY))
-            .and_then(Value::as_str)
-            == Some("configured");
-
-        let mut guid = None;
-        for (val, key, src) in [
-            (
-                &rt.infiniband_guid,
-                "runtimeConfig.infinibandGUID",
-                GuidSource::RuntimeConfig,
-            ),
-            (&args_guid, "args.cni.guid", GuidSource::ArgsCni),
-        ] {
-            if let Some(s) = opt_str(val, key)? {
-                let g = parse_guid(s, key)?;
-                if guid.is_none() {
-                    guid = Some((g, src));
-                }
-            }
-        }
-
-        // The top-level `guid` is not applied: it is one value for every pod of the
-        // network, so two pods would get the same GUID on the fabric. The Go plugin
-        // ignores it too (k8snetworkplumbingwg/ib-sriov-cni 543060da, pkg/types/types.go:
-        // `GUID string `json:"-"``).
-        if rc.guid.as_ref().is_some_and(|g| !g.is_null()) {
-            warnings.push(
-                "guid: the top-level key is ignored (one GUID for every pod of the network would give two pods the same GUID on the fabric; the Go plugin ignores it too); give each pod its GUID with runtimeConfig.infinibandGUID (capability \"infinibandGUID\", Multus' infiniband-guid) or args.cni.guid".into(),
-            );
-        }
-        let pkey = opt_str(&rc.pkey, "pkey")?.map(parse_pkey).transpose()?;
-        let link_state = opt_str(&rc.link_state, "link_state")?
-            .map(|s| s.parse::<LinkState>().map_err(CniError::config))
-            .transpose()?;
-        let rdma_isolation = opt_bool(&rc.rdma_isolation, "rdmaIsolation")?;
-        let ib_kubernetes_enabled =
-            opt_bool(&rc.ib_kubernetes_enabled, "ibKubernetesEnabled")?.unwrap_or(false);
-        let vfio_pci_mode = opt_bool(&rc.vfio_pci_mode, "vfioPciMode")?;
-
-        let ipam = match rc.ipam {
-            None | Some(Value::Null) => None,
-            Some(v @ Value::Object(_)) => match v.get("type") {
-                // No type (`"ipam": {}`, what the SR-IOV network operator renders for a
-                // SriovIBNetwork without spec.ipam): no IPAM, as in the Go plugin
-                // (k8snetworkplumbingwg/ib-sriov-cni 543060da, cmd/ib-sriov-cni/main.go:
-                // `if netConf.IPAM.Type != ""`). Its other keys are ignored.
-                None | Some(Value::Null) => None,
-                Some(Value::String(t)) if t.is_empty() => None,
-                Some(Value::String(_)) => {
-                    if crate::ipam::is_builtin(&v) {
-                        crate::ipam::validate_data_dir(v.get("dataDir"))
-                            .map_err(|e| CniError::config(format!("ipam.{}", e.message())))?;
-                    }
-                    Some(v)
-                }
-                Some(other) => {
-                    return Err(CniError::config(format!(
-                        "ipam.type must be a string, got {other}"
-                    )))
-                }
-            },
-            Some(other) => {
-                return Err(CniError::config(format!(
-                    "ipam must be an object, got {other}"
-                )))
-            }
-        };
-        let log_level = rc
-            .log_level
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .map(parse_level)
-            .transpose()?
-            .unwrap_or(log::LevelFilter::Info);
-        let abs_path = |s: Option<&str>, key: &str| -> Result<Option<PathBuf>, CniError> {
-            match s.filter(|s| !s.is_empty()) {
-                None => Ok(None),
-                Some(p) if p.starts_with('/') && !p.contains('\0') => Ok(Some(PathBuf::from(p))),
-                Some(p) => Err(CniError::config(format!(
-                    "{key} {p:?} must be an absolute path"
-                ))),
-            }
-        };
-        // Never refused: an unusable logFile (relative, a directory, a FIFO, a device, a
-        // symlink, stdout itself) sends the log to stderr with one warning
-        // ([`crate::logging::init`]); logging must not keep a pod's network from working.
-        let log_file = rc
-            .log_file
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from);
-        let state_dir = abs_path(rc.state_dir.as_deref(), "stateDir")?
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-        let device_info_file = abs_path(
-            rt.device_info_file.as_deref(),
-            "runtimeConfig.CNIDeviceInfoFile",
-        )?;
-        let prev_result = match rc.prev_result.as_ref().filter(|v| !v.is_null()) {
-            Some(v) if decode_prev_result => {
-                Some(CniOutput::from_json(v).map_err(|e| CniError {
-                    msg: format!("prevResult: {}", e.msg),
-                    ..e
-                })?)
-            }
-            _ => None,
-        };
-
-        let guid_file = abs_path(opt_str(&rc.guid_file, "guidFile")?, "guidFile")?
-            .unwrap_or_else(|| PathBuf::from(crate::vfguid::DEFAULT_GUID_FILE));
-        let derive_guid = opt_bool(&rc.derive_guid, "deriveGuid")?.unwrap_or(false);
-        let go_cache_dir = match &rc.go_cache_dir {
-            Some(Value::String(s)) if s.is_empty() => None,
-            v => abs_path(opt_str(v, "goCacheDir")?, "goCacheDir")?
-                .or_else(|| Some(PathBuf::from(crate::gocache::GO_CACHE_DIR))),
-        };
-
-        let lock_timeout = match &rc.lock_timeout_ms {
-            None | Some(Value::Null) => DEFAULT_LOCK_TIMEOUT_MS,
-            Some(v) => match v.as_u64() {
-                Some(ms) if (1..=600_000).contains(&ms) => ms,
-                _ => {
-                    return Err(CniError::config(format!(
-                        "lockTimeoutMs must be an integer from 1 to 600000, got {v}"
-                    )))
-                }
-            },
-        };
-        let pkey_wait = match &rc.pkey_wait_ms {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64() {
-                Some(ms) if (1..=MAX_PKEY_WAIT_MS).contains(&ms) => {
-                    if pkey.is_none() {
-                        return Err(CniError::config(format!(
-                            "pkeyWaitMs {ms} needs pkey: it waits for that partition key in the VF's pkey table"
-                        )));
-                    }
-                    Some(std::time::Duration::from_millis(ms))
-                }
-                _ => {
-                    return Err(CniError::config(format!(
-                        "pkeyWaitMs must be an integer from 1 to {MAX_PKEY_WAIT_MS}, got {v}"
-                    )))
-                }
-            },
-        };
+        let device_id = phase_device(&rc, &rt, &mut warnings, errs)?;
+        let (guid, ib_kubernetes_configured) = phase_guid(&rc, &rt, &mut warnings, errs)?;
+        let vf = phase_vf(&rc, errs)?;
+        let ipam = phase_ipam(rc.ipam.take(), errs)?;
+        let (log_level, log_file) = phase_log(&rc, errs)?;
+        let (state_dir, device_info_file) = phase_state(&rc, &rt, errs)?;
+        let prev_result = phase_prev_result(&rc, decode_prev_result, errs)?;
+        let (guid_file, derive_guid) = phase_guid_fallback(&rc, errs)?;
+        let go_cache_dir = phase_go_cache(&rc, errs)?;
+        let (lock_timeout, pkey_wait) = phase_waits(&rc, vf.pkey, errs)?;
         warnings.extend(unknown_keys(&raw));
         Ok(NetConf {
             pkey_wait,
-            lock_timeout: std::time::Duration::from_millis(lock_timeout),
+            lock_timeout,
             cni_version,
             name,
             device_id,
             guid,
-            pkey,
-            link_state,
-            rdma_isolation,
-            ib_kubernetes_enabled,
+            pkey: vf.pkey,
+            link_state: vf.link_state,
+            rdma_isolation: vf.rdma_isolation,
+            ib_kubernetes_enabled: vf.ib_kubernetes_enabled,
             ib_kubernetes_configured,
-            vfio_pci_mode,
+            vfio_pci_mode: vf.vfio_pci_mode,
             device_info_file,
             ipam,
             log_level,
@@ -1100,5 +1384,125 @@ mod tests {
         assert_eq!(sniff_version(br#"{"cniVersion": 1}"#), None);
         assert_eq!(sniff_version(b"[1]"), None);
         assert_eq!(sniff_version(b"{nope"), None);
+    }
+
+    /// Bad values, each on its own key, none of which changes how another is judged.
+    fn defects() -> Vec<(&'static str, Value)> {
+        vec![
+            ("cniVersion", json!("9.9.9")),
+            ("name", json!("a/b")),
+            ("type", json!(7)),
+            ("logLevel", json!(3)),
+            ("deviceID", json!("garbage")),
+            ("runtimeConfig", json!({"infinibandGUID": "zz"})),
+            ("args", json!({"cni": {"guid": 5}})),
+            ("pkey", json!("0x1ffff")),
+            ("link_state", json!("sideways")),
+            ("rdmaIsolation", json!("yes")),
+            ("ibKubernetesEnabled", json!(1)),
+            ("vfioPciMode", json!("no")),
+            ("ipam", json!({"type": "ib-sriov-ipam", "dataDir": "rel"})),
+            ("stateDir", json!("state")),
+            ("guidFile", json!("guids")),
+            ("deriveGuid", json!("yes")),
+            ("goCacheDir", json!(3)),
+            ("lockTimeoutMs", json!(0)),
+            ("pkeyWaitMs", json!(60_001)),
+        ]
+    }
+
+    /// The collecting parse (doctor --conf) and the verbs' agree: its first error is
+    /// the verbs' answer, and a configuration with several bad keys shows each of them,
+    /// as when each is the only one (issue 50: `lockTimeoutMs: 0` hid the rest).
+    #[test]
+    fn check_all_finds_every_bad_key_and_the_verbs_answer_first() {
+        use proptest::prelude::*;
+        let all = defects();
+        let n = all.len();
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 256,
+            ..Default::default()
+        });
+        runner
+            .run(
+                &proptest::sample::subsequence((0..n).collect::<Vec<_>>(), 0..=n),
+                |picked| {
+                    let mut v = base();
+                    for &i in &picked {
+                        v[all[i].0] = all[i].1.clone();
+                    }
+                    let stdin = v.to_string();
+                    let checked = NetConf::check_all(stdin.as_bytes(), Command::Add);
+                    match NetConf::parse_for(stdin.as_bytes(), Command::Add) {
+                        Ok(_) => prop_assert!(checked.errors.is_empty(), "{:?}", checked.errors),
+                        Err(e) => {
+                            let (_, first) = &checked.errors[0];
+                            prop_assert_eq!((first.code, &first.msg), (e.code, &e.msg));
+                        }
+                    }
+                    // Each bad key, as the verbs answer it alone, is among the errors.
+                    for &i in &picked {
+                        let mut one = base();
+                        one[all[i].0] = all[i].1.clone();
+                        let alone = NetConf::parse_for(one.to_string().as_bytes(), Command::Add)
+                            .unwrap_err();
+                        prop_assert!(
+                            checked.errors.iter().any(|(_, e)| e.msg == alone.msg),
+                            "{} lost: {:?}",
+                            all[i].0,
+                            checked.errors
+                        );
+                    }
+                    prop_assert_eq!(checked.errors.len(), picked.len(), "{:?}", checked.errors);
+                    prop_assert!(checked.conf.is_some());
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn check_all_keeps_the_warnings_and_what_parsed() {
+        let mut v = base();
+        v["lockTimeoutMs"] = json!(0);
+        v["link_stat"] = json!("enable");
+        v["pkey"] = json!("0x8001");
+        v["pkeyWaitMs"] = json!(500);
+        v["logFile"] = json!("rel.log");
+        let c = NetConf::check_all(v.to_string().as_bytes(), Command::Add);
+        let keys: Vec<&str> = c.errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["lockTimeoutMs"]);
+        assert!(c.failed("lockTimeoutMs") && !c.failed("pkey"));
+        let conf = c.conf.unwrap();
+        assert_eq!(
+            conf.lock_timeout.as_millis(),
+            u128::from(DEFAULT_LOCK_TIMEOUT_MS)
+        );
+        assert_eq!(conf.pkey_wait.map(|d| d.as_millis()), Some(500));
+        assert_eq!(conf.log_file, Some(PathBuf::from("rel.log")));
+        assert_eq!(
+            conf.warnings,
+            ["unknown key \"link_stat\" is ignored: did you mean link_state?"]
+        );
+        // A pkey that failed is not reported missing by pkeyWaitMs.
+        v["pkey"] = json!("0x1ffff");
+        let c = NetConf::check_all(v.to_string().as_bytes(), Command::Add);
+        let keys: Vec<&str> = c.errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["pkey", "lockTimeoutMs"]);
+        // Without pkey it is, as for the verbs.
+        v.as_object_mut().unwrap().remove("pkey");
+        let c = NetConf::check_all(v.to_string().as_bytes(), Command::Add);
+        let keys: Vec<&str> = c.errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["lockTimeoutMs", "pkeyWaitMs"]);
+        // Input that is not a JSON object: one error, nothing to check.
+        let c = NetConf::check_all(b"[1]", Command::Add);
+        assert!(c.conf.is_none() && c.errors.len() == 1 && c.errors[0].1.code == 6);
+        // prevResult is ADD's business only for CHECK.
+        let mut v = base();
+        v["prevResult"] = json!("garbage");
+        assert!(NetConf::check_all(v.to_string().as_bytes(), Command::Add)
+            .errors
+            .is_empty());
+        assert!(NetConf::check_all(v.to_string().as_bytes(), Command::Check).failed("prevResult"));
     }
 }

@@ -112,3 +112,76 @@ fn the_checker_fails_a_wrong_command_and_passes_a_right_one() {
         "a run wrote to the machine's /opt/cni/bin"
     );
 }
+
+/// Every doc and manifest that gives `SRIOV_CNI_BIN_PATH`'s directory gives the same,
+/// true, one (issue 50: upgrading.md said `/var/lib/cni/bin`, install.md and the canary
+/// manifest `/opt/cni/bin`): the operator's own default when the variable is unset (as
+/// on OpenShift) is `/var/lib/cni/bin`, and the upstream Helm chart sets it from
+/// `operator.cniBinPath`, default `/opt/cni/bin` (k8snetworkplumbingwg/
+/// sriov-network-operator 249e2001 `controllers/sriovoperatorconfig_controller.go`,
+/// `deployment/sriov-network-operator-chart/values.yaml`). A mention is the 240
+/// characters after the name (backticks, `#` comment leaders and line breaks
+/// flattened); one that names either directory as a whole path must say both facts.
+#[test]
+fn sriov_cni_bin_path_defaults_agree_everywhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "conf"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension()
+                .is_some_and(|x| x == "md" || x == "yaml" || x == "yml")
+            {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    // `p` as a whole path in `t`: not part of a longer one (`/host/opt/cni/bin`).
+    let names = |t: &str, p: &str| {
+        t.match_indices(p).any(|(i, _)| {
+            let before = t[..i].chars().last();
+            let after = t[i + p.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '/' || c == '_')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '/' || c == '_')
+        })
+    };
+    let mut mentions = 0;
+    let mut wrong = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let flat: String = text
+            .lines()
+            .map(|l| l.trim_start().trim_start_matches('#').trim())
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace('`', "");
+        for (i, _) in flat.match_indices("SRIOV_CNI_BIN_PATH") {
+            let end = flat[i..]
+                .char_indices()
+                .nth(240)
+                .map_or(flat.len(), |(j, _)| i + j);
+            let window = &flat[i..end];
+            if !names(window, "/opt/cni/bin") && !names(window, "/var/lib/cni/bin") {
+                continue;
+            }
+            mentions += 1;
+            for fact in [
+                "when unset, as on OpenShift: /var/lib/cni/bin",
+                "operator.cniBinPath, default /opt/cni/bin",
+            ] {
+                if !window.contains(fact) {
+                    wrong.push(format!(
+                        "{}: lacks {fact:?} in {window:?}",
+                        f.strip_prefix(root).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(
+        mentions >= 3,
+        "install.md, upgrading.md and the canary manifest: {mentions}"
+    );
+}

@@ -854,13 +854,14 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
             check["error"].as_str().unwrap().to_string()
         };
         // The same sysfs, reached through the host root by the doctor.
-        // ADD's CNI_PATH is the test binary's directory; the doctor's /opt/cni/bin.
+        // ADD's CNI_PATH is the test binary's directory; the doctor's the two usual
+        // directories (the host root has no containerd or CRI-O configuration).
         let bin_dir = bin().parent().unwrap().display().to_string();
         let sys_text = |t: &str| {
             t.replace(&h.path().join("sys").display().to_string(), "<SYS>")
                 .replace(&lab.host.root().display().to_string(), "<SYS>")
                 .replace(&bin_dir, "<CNI_PATH>")
-                .replace("/opt/cni/bin", "<CNI_PATH>")
+                .replace("/opt/cni/bin:/var/lib/cni/bin", "<CNI_PATH>")
         };
         let (doc_text, add_text) = (sys_text(&doc_text), sys_text(&add_text));
         assert_eq!(doc_text, add_text, "{name}: doctor and ADD disagree");
@@ -1149,8 +1150,13 @@ fn doctor_refuses_a_missing_host_root_and_says_when_there_is_nothing_to_check() 
     assert_has_all(&text, &["info    nothing-to-check", ": nothing to check"]);
 }
 
-/// `--conf` looks a delegated IPAM plugin up as ADD does in `CNI_PATH`: in `/opt/cni/bin`
-/// under the host root by default, or in `--cni-path` (under the host root too).
+/// `--conf` looks a delegated IPAM plugin up as ADD does in `CNI_PATH`, where the node's
+/// runtime looks (issue 50: the default `/opt/cni/bin` told OpenShift users, whose CNI
+/// directory is `/var/lib/cni/bin`, to install a plugin that was there): without a
+/// containerd or CRI-O configuration under the host root in `/opt/cni/bin` and
+/// `/var/lib/cni/bin`; else in the directories that configuration names; or in
+/// `--cni-path` (under the host root too). `conf-ipam-plugin` says where it looked and
+/// where it found the plugin.
 #[test]
 fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
     let (lab, h) = with_root(Lab::default());
@@ -1164,21 +1170,217 @@ fn doctor_conf_looks_up_the_delegated_ipam_plugin() {
     let f = h.path().join("conf-hl.json");
     std::fs::write(&f, c.to_string()).unwrap();
     let f = f.display().to_string();
-    let check = |extra: &[&str]| -> Value {
+    let check = |extra: &[&str]| -> (Value, String) {
         let mut args = vec!["--json", "--conf", f.as_str()];
         args.extend_from_slice(extra);
         let out = doctor(&lab, &h, &args);
         let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-        j["conf"][0].clone()
+        let lookup = findings(&j, &["conf-ipam-plugin"])
+            .iter()
+            .map(|f| f["message"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (j["conf"][0].clone(), lookup)
     };
-    let none = check(&[]);
+    // The plugin only in OpenShift's directory: found there.
+    let oc = h.path().join("var/lib/cni/bin");
+    std::fs::create_dir_all(&oc).unwrap();
+    std::fs::copy("/usr/lib/cni/host-local", oc.join("host-local")).unwrap();
+    let (found, lookup) = check(&[]);
+    assert_eq!(found["ok"], true, "{found}");
+    assert!(
+        lookup.starts_with("network ibnet: delegated ipam plugin \"host-local\" found at /var/lib/cni/bin/host-local; looked up in /opt/cni/bin "),
+        "{lookup}"
+    );
+    // Nowhere: both directories named.
+    std::fs::remove_file(oc.join("host-local")).unwrap();
+    let (none, lookup) = check(&[]);
     assert_eq!(none["ok"], false, "{none}");
+    assert_eq!(
+        none["error"],
+        "code 7: ipam plugin \"host-local\" not found in CNI_PATH (/opt/cni/bin:/var/lib/cni/bin); install it there or use another ipam type"
+    );
+    assert_eq!(
+        lookup,
+        "network ibnet: delegated ipam plugin \"host-local\" not found; looked up in /opt/cni/bin (no containerd or CRI-O configuration found: the CNI default), /var/lib/cni/bin (no containerd or CRI-O configuration found: OpenShift's)"
+    );
+    std::fs::copy("/usr/lib/cni/host-local", oc.join("host-local")).unwrap();
+    // The node's containerd names another directory: only it is searched.
+    h.write(
+        "/etc/containerd/config.toml",
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/usr/lib/cni']\n",
+    );
+    let (found, lookup) = check(&[]);
+    assert_eq!(found["ok"], true, "{found}");
+    assert_eq!(
+        lookup,
+        "network ibnet: delegated ipam plugin \"host-local\" found at /usr/lib/cni/host-local; looked up in /usr/lib/cni (containerd /etc/containerd/config.toml plugins.\"io.containerd.cri.v1.runtime\".cni.bin_dirs)"
+    );
+    h.write("/etc/containerd/config.toml", "version = 2\n");
+    let (none, _) = check(&[]);
     assert_eq!(
         none["error"],
         "code 7: ipam plugin \"host-local\" not found in CNI_PATH (/opt/cni/bin); install it there or use another ipam type"
     );
-    let found = check(&["--cni-path", "/nonexistent:/usr/lib/cni"]);
+    // CRI-O's drop-in names OpenShift's directory.
+    std::fs::remove_file(h.path().join("etc/containerd/config.toml")).unwrap();
+    h.write(
+        "/etc/crio/crio.conf.d/00-default",
+        "[crio.network]\nplugin_dirs = [\"/var/lib/cni/bin\", \"/usr/libexec/cni\"]\n",
+    );
+    let (found, lookup) = check(&[]);
     assert_eq!(found["ok"], true, "{found}");
+    assert!(
+        lookup.contains("found at /var/lib/cni/bin/host-local; looked up in /var/lib/cni/bin (CRI-O /etc/crio/crio.conf.d/00-default crio.network.plugin_dirs)"),
+        "{lookup}"
+    );
+    let (found, lookup) = check(&["--cni-path", "/nonexistent:/usr/lib/cni"]);
+    assert_eq!(found["ok"], true, "{found}");
+    assert!(
+        lookup.contains("looked up in /nonexistent (--cni-path), /usr/lib/cni (--cni-path)"),
+        "{lookup}"
+    );
+}
+
+/// `doctor --conf` shows every error and warning of a configuration in one run (issue
+/// 50: `lockTimeoutMs: 0` hid the IPAM error, the unknown keys and the `logFile`
+/// warning), ADD's answer first. A golden.
+#[test]
+fn doctor_conf_shows_every_error_and_warning() {
+    let (lab, h) = with_root(Lab::default());
+    let pod = lab.host.new_pod();
+    let mut c = lab.conf("1.0.0", 1);
+    c["lockTimeoutMs"] = json!(0);
+    c["ipam"]["rangeStart"] = json!("10.99.0.10");
+    c["ipam"]["routes"] = json!([{"dst": "nope"}]);
+    c["link_stat"] = json!("enable");
+    c["frobnicate"] = json!(1);
+    c["logFile"] = json!("ib-sriov.log");
+    let add = lab.add("every", &pod, &c);
+    assert!(!add.ok);
+    let f = h.path().join("conf-every.json");
+    std::fs::write(&f, c.to_string()).unwrap();
+    let (j, rc) = check_golden_with(
+        &lab,
+        &h,
+        "conf-every-error",
+        &["--conf", &f.display().to_string()],
+    );
+    assert_eq!(rc, 1);
+    assert_eq!(
+        j["conf"][0]["error"].as_str().unwrap(),
+        format!(
+            "code {}: {}",
+            add.json["code"],
+            add.json["msg"].as_str().unwrap()
+        ),
+        "the first error is ADD's answer"
+    );
+    let mut got: Vec<String> = findings(&j, &["conf-invalid", "conf-unknown-key", "conf-warning"])
+        .iter()
+        .map(|f| two_fields(f, "severity", "code"))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "error conf-invalid",
+            "error conf-invalid",
+            "error conf-invalid",
+            "warning conf-unknown-key",
+            "warning conf-unknown-key",
+            "warning conf-warning"
+        ],
+        "{j}"
+    );
+    assert_no_state(&lab);
+}
+
+/// `doctor --conf` takes NetworkAttachmentDefinitions as admins have them (issue 50:
+/// "not JSON"): a YAML file of two documents, each NAD checked by its `spec.config`
+/// and reported by its `namespace/name`. The one with the built-in IPAM and no device
+/// is `conf-node-local-range` (Multus runs it on every node). A golden.
+#[test]
+fn doctor_conf_reads_network_attachment_definitions() {
+    let (lab, h) = with_root(Lab::default());
+    let mut good = lab.conf("1.0.0", 1);
+    good.as_object_mut().unwrap().remove("deviceID");
+    good["name"] = json!("ib-rail");
+    let mut bad = lab.conf("1.0.0", 2);
+    bad["name"] = json!("ib-broken");
+    bad["pkey"] = json!("0x1ffff");
+    bad["link_state"] = json!("sideways");
+    let yaml = format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: ib-rail\n  namespace: team-a\nspec:\n  config: '{}'\n---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: ib-broken\n  namespace: team-b\nspec:\n  config: |\n    {}\n",
+        good,
+        bad
+    );
+    let f = h.path().join("nads.yaml");
+    std::fs::write(&f, yaml).unwrap();
+    let (j, rc) = check_golden_with(&lab, &h, "conf-nad", &["--conf", &f.display().to_string()]);
+    assert_eq!(rc, 1);
+    let checks: Vec<String> = j["conf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {}",
+                c["nad"].as_str().unwrap(),
+                c["name"].as_str().unwrap(),
+                c["ok"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            "team-a/ib-rail ib-rail true",
+            "team-b/ib-broken ib-broken false"
+        ]
+    );
+    let subjects: Vec<String> = findings(&j, &["conf-invalid", "conf-node-local-range"])
+        .iter()
+        .map(|f| two_fields(f, "code", "subject"))
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            "conf-invalid team-b/ib-broken",
+            "conf-invalid team-b/ib-broken",
+            "conf-node-local-range team-a/ib-rail"
+        ]
+    );
+}
+
+/// No `conf-node-local-range` on the per-node file the docs ship (issue 50:
+/// `conf/multi-rail-same-subnet.conflist`, "one node's copy" in docs/configuration.md
+/// "Multi-rail pods", was warned about): a file that is not a NetworkAttachmentDefinition
+/// is one node's, with that node's own range. The same conflist as a NAD's spec.config,
+/// which every node runs as it is, is warned about.
+#[test]
+fn doctor_conf_node_local_range_for_a_nad_not_for_a_node_file() {
+    let (lab, h) = with_root(Lab::default());
+    let shipped =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/multi-rail-same-subnet.conflist");
+    let run = |p: &Path| -> Value {
+        let out = doctor(&lab, &h, &["--json", "--conf", &p.display().to_string()]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let j = run(&shipped);
+    assert_eq!(j["conf"][0]["ok"], true, "{j}");
+    assert!(findings(&j, &["conf-node-local-range"]).is_empty(), "{j}");
+    let text = std::fs::read_to_string(&shipped).unwrap();
+    let nad = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "ib-rails", "namespace": "default"}, "spec": {"config": text}});
+    let f = h.path().join("rails-nad.json");
+    std::fs::write(&f, nad.to_string()).unwrap();
+    let j = run(&f);
+    let local: Vec<String> = findings(&j, &["conf-node-local-range"])
+        .iter()
+        .map(|f| two_fields(f, "severity", "subject"))
+        .collect();
+    assert_eq!(local, ["warning default/ib-rails"], "{j}");
 }
 
 /// Standard base64 with padding, as Go's `encoding/json` writes a `[]byte` (libcni's

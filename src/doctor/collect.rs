@@ -34,8 +34,9 @@ pub struct Paths {
     /// The operator's VF GUID file: `<root>/etc/sriov-operator/infiniband/guids`.
     pub guid_file: PathBuf,
     /// Where `--conf` looks for delegated IPAM plugins, as the runtime's `CNI_PATH`
-    /// would: `<root>/opt/cni/bin` (or `--cni-path`, each directory under the root).
-    pub cni_bin: Vec<PathBuf>,
+    /// would, as the node names the directories (each read under the root): what the
+    /// node's runtime configuration says ([`super::cnipath::of_node`]), or `--cni-path`.
+    pub cni_path: super::cnipath::CniPath,
 }
 
 impl Paths {
@@ -52,7 +53,7 @@ impl Paths {
                     .strip_prefix('/')
                     .unwrap_or_default(),
             ),
-            cni_bin: vec![root.join("opt/cni/bin")],
+            cni_path: super::cnipath::of_node(root),
         }
     }
 

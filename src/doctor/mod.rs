@@ -8,9 +8,11 @@
 //! ```
 //! Exit status: 0 with no finding of severity `error`, 1 with one, 2 for bad arguments.
 
+pub mod cnipath;
 pub mod collect;
 pub mod findings;
 pub mod holders;
+pub mod input;
 pub mod node_defaults;
 pub mod report;
 pub mod text;
@@ -27,13 +29,15 @@ const MAX_CONF: u64 = 4 << 20;
 pub const USAGE: &str =
     "usage: ib-sriov doctor [--json] [--conf FILE] [--host-root DIR] [--state-dir DIR]... [--guid-file FILE] [--cni-path DIRS]
   --json           the report as JSON (schemaVersion 1, docs/operations.md \"Diagnosing a node\")
-  --conf FILE      also validate a network configuration or conflist as ADD would
+  --conf FILE      also validate a network configuration or conflist (a node's file) as ADD would, or the
+                   NetworkAttachmentDefinitions of a YAML file (kubectl get net-attach-def NAME -o yaml)
   --host-root DIR  read /sys, /proc, /run and /var/lib/cni under DIR (kubectl debug node: /host)
   --state-dir DIR  also read the journals in this stateDir (repeatable; under the host root). Always read:
                    /run/ib-sriov and every stateDir named by the configurations in /etc/cni/net.d,
                    /etc/cni/multus/net.d and the runtimes' caches /var/lib/cni/results, /var/lib/cni/multus/results
   --guid-file FILE the networks' guidFile when not the default /etc/sriov-operator/infiniband/guids (under the host root)
-  --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated; default /opt/cni/bin, under the host root)";
+  --cni-path DIRS  where --conf looks for delegated IPAM plugins, as CNI_PATH (colon-separated, under the host root;
+                   default: what the node's containerd, CRI-O and Multus configurations name, else /opt/cni/bin and /var/lib/cni/bin)";
 
 /// The flags `ib-sriov doctor` takes, in the order [`USAGE`] shows them: what
 /// [`parse_args`] accepts, and what the usage texts must list (a test holds them to it;
@@ -80,7 +84,7 @@ struct Args {
     host_root: Option<PathBuf>,
     state_dirs: Vec<PathBuf>,
     guid_file: Option<PathBuf>,
-    cni_path: Option<PathBuf>,
+    cni_path: Option<String>,
 }
 
 /// Parses the arguments after `doctor` (`Err("")` for `-h`/`--help`).
@@ -102,7 +106,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--host-root" => a.host_root = Some(value("--host-root")?),
             "--state-dir" => a.state_dirs.push(value("--state-dir")?),
             "--guid-file" => a.guid_file = Some(value("--guid-file")?),
-            "--cni-path" => a.cni_path = Some(value("--cni-path")?),
+            "--cni-path" => a.cni_path = Some(value("--cni-path")?.to_string_lossy().into_owned()),
             other => return Err(format!("{other}: in FLAGS but not parsed")),
         }
     }
@@ -156,12 +160,7 @@ pub fn run(args: &[String]) -> i32 {
         paths.guid_file = paths.host(g);
     }
     if let Some(c) = &a.cni_path {
-        paths.cni_bin = c
-            .to_string_lossy()
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .map(|d| paths.host(std::path::Path::new(d)))
-            .collect();
+        paths.cni_path = cnipath::CniPath::given(c);
     }
     let report = diagnose(&paths, a.conf.as_deref());
     if a.json {
@@ -250,133 +249,183 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
     report
 }
 
-/// Validates a network configuration (`type: ib-sriov`) or a conflist (each ib-sriov
-/// entry of `plugins`, with the list's `name` and `cniVersion`, as libcni passes them)
-/// as ADD does before touching the host ([`conf_verdict`]), and reports every error
-/// (one `conf-invalid` each; the check's `error` is the first, ADD's answer), the keys
-/// nothing reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
-/// warnings (`conf-warning`), and a built-in IPAM range in a configuration that names no
-/// device, i.e. one Multus fills on every node (`conf-node-local-range`), and, when the
-/// RDMA netns mode (`rdma_mode`) is exclusive, how the RDMA device and the IPoIB netdev
-/// end up ([`rdma_chain_finding`]).
+/// Validates what the `--conf` file holds ([`input::read`]): a node's network
+/// configuration (`type: ib-sriov`) or conflist (each ib-sriov entry of `plugins`, with
+/// the list's `name` and `cniVersion`, as libcni passes them), or the
+/// NetworkAttachmentDefinitions of a YAML file, each by its `spec.config` (the subject of
+/// its findings is its `namespace/name`). Each ib-sriov entry is checked as ADD does
+/// before touching the host ([`conf_verdict`]), and the doctor reports every error (one
+/// `conf-invalid` each; the check's `error` is the first, ADD's answer), the keys nothing
+/// reads (`conf-unknown-key`, with the key they are a near miss of), ADD's other
+/// warnings (`conf-warning`), where a delegated IPAM plugin was looked up and found
+/// (`conf-ipam-plugin`), and, when the RDMA netns mode (`rdma_mode`) is exclusive, how
+/// the RDMA device and the IPoIB netdev end up ([`rdma_chain_finding`]).
+///
+/// `conf-node-local-range`: a built-in IPAM range in a NetworkAttachmentDefinition that
+/// names no device, i.e. one Multus runs with the same range on every node. A file
+/// that is not a NAD is what one node keeps (`/etc/cni/net.d`, or the
+/// `/etc/cni/multus/net.d` file a NAD without `spec.config` names), whose range is that
+/// node's own (docs/configuration.md "Multi-rail pods"): no warning. A NAD without
+/// `spec.config` is `conf-nad-node-file` (info): its configuration is on the nodes.
 fn check_conf(
     path: &std::path::Path,
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
     rdma_mode: Option<&str>,
 ) -> (Vec<ConfCheck>, Vec<Finding>) {
-    let subject = path.display().to_string();
-    let bad = |msg: String| {
+    let file = path.display().to_string();
+    let bad = |subject: &str, msg: String| {
         Finding {
         severity: Severity::Error,
         code: "conf-invalid".into(),
-        subject: subject.clone(),
+        subject: subject.to_string(),
         message: msg,
         fix: "correct the configuration (docs/configuration.md \"Configuration reference\"); ADD would refuse it before any change".into(),
     }
     };
-    let bytes = match crate::fsutil::read_regular_bounded(path, MAX_CONF) {
-        Ok(b) => b,
-        Err(e) => return (Vec::new(), vec![bad(format!("cannot read it: {e}"))]),
-    };
-    let v: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return (Vec::new(), vec![bad(format!("not JSON: {e}"))]),
+    let items = match crate::fsutil::read_regular_bounded(path, MAX_CONF)
+        .map_err(|e| format!("cannot read it: {e}"))
+        .and_then(|b| input::read(&b))
+    {
+        Ok(i) => i,
+        Err(m) => return (Vec::new(), vec![bad(&file, m)]),
     };
     let type_of =
         |p: &serde_json::Value| p.get("type").and_then(|t| t.as_str()) == Some("ib-sriov");
-    // Each ib-sriov entry, and whether rdma-cni (`type: rdma`) runs after it in the list.
-    let entries: Vec<(serde_json::Value, bool)> = match v.get("plugins").and_then(|p| p.as_array())
-    {
-        Some(list) => list
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| type_of(p))
-            .map(|(i, p)| {
-                let mut e = p.clone();
-                for k in ["name", "cniVersion"] {
-                    if let (Some(o), Some(val)) = (e.as_object_mut(), v.get(k)) {
-                        o.insert(k.into(), val.clone());
-                    }
-                }
-                let rdma_after = list[i + 1..]
-                    .iter()
-                    .any(|q| q.get("type").and_then(|t| t.as_str()) == Some(RDMA_CNI_TYPE));
-                (e, rdma_after)
-            })
-            .collect(),
-        None if type_of(&v) => vec![(v.clone(), false)],
-        None => Vec::new(),
-    };
-    if entries.is_empty() {
-        return (
-            Vec::new(),
-            vec![bad("no ib-sriov configuration in it (type \"ib-sriov\", or a conflist with one in plugins)".into())],
-        );
-    }
     let mut checks = Vec::new();
     let mut findings = Vec::new();
-    for (e, rdma_after) in entries {
-        let name = e
-            .get("name")
-            .and_then(|n| n.as_str())
-            .unwrap_or("?")
-            .to_string();
-        let v = conf_verdict(&e, paths, vf_guids);
-        for w in &v.warnings {
-            let unknown = w.starts_with("unknown key");
-            findings.push(Finding {
-                severity: Severity::Warning,
-                code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
-                subject: subject.clone(),
-                message: format!("network {name}: {w}"),
-                fix: if unknown {
-                    "correct or remove the key: ADD ignores it (and logs this warning)"
-                } else {
-                    "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
-                }
-                .into(),
-            });
-        }
-        for err in &v.errors {
-            findings.push(bad(format!(
-                "network {name}: code {}: {}",
-                err.code, err.msg
-            )));
-        }
-        // rdma-cni chained after ib-sriov, judged once the configuration is valid: its
-        // refusal is the check's error.
-        let mut refused = None;
-        if let Some(conf) = v.conf.as_ref().filter(|_| v.errors.is_empty()) {
-            if let Some(mut f) = rdma_chain_finding(&e, conf, rdma_after, rdma_mode) {
-                if f.severity == Severity::Error {
-                    refused = Some(f.message.clone());
-                }
-                f.subject = subject.clone();
-                f.message = format!("network {name}: {}", f.message);
-                findings.push(f);
+    for item in items {
+        let (nad, v) = match item {
+            input::Item::Conf { nad, conf } => (nad, conf),
+            input::Item::BadNad { nad, why } => {
+                findings.push(Finding {
+                    severity: Severity::Error,
+                    code: "conf-invalid".into(),
+                    subject: nad.clone(),
+                    message: format!("{}: {why}", input::NAD_KIND),
+                    fix: "correct spec.config: it is the network configuration as a JSON string (kubectl get net-attach-def NAME -o jsonpath='{.spec.config}' shows it); Multus fails every pod attached to it".into(),
+                });
+                checks.push(ConfCheck {
+                    name: "?".into(),
+                    nad: Some(nad),
+                    ok: false,
+                    error: Some(why),
+                });
+                continue;
             }
-            let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
-            if builtin && conf.device_id.is_none() {
+            input::Item::NodeFileNad { nad } => {
+                findings.push(Finding {
+                    severity: Severity::Info,
+                    code: "conf-nad-node-file".into(),
+                    subject: nad,
+                    message: format!("{} without spec.config: Multus reads the configuration of that name from each node's /etc/cni/multus/net.d", input::NAD_KIND),
+                    fix: "check that file on each node: ib-sriov doctor --conf /etc/cni/multus/net.d/<file>".into(),
+                });
+                continue;
+            }
+        };
+        let subject = nad.clone().unwrap_or_else(|| file.clone());
+        // Each ib-sriov entry, and whether rdma-cni (`type: rdma`) runs after it in the list.
+        let entries: Vec<(serde_json::Value, bool)> =
+            match v.get("plugins").and_then(|p| p.as_array()) {
+                Some(list) => list
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| type_of(p))
+                    .map(|(i, p)| {
+                        let mut e = p.clone();
+                        for k in ["name", "cniVersion"] {
+                            if let (Some(o), Some(val)) = (e.as_object_mut(), v.get(k)) {
+                                o.insert(k.into(), val.clone());
+                            }
+                        }
+                        let rdma_after = list[i + 1..]
+                            .iter()
+                            .any(|q| q.get("type").and_then(|t| t.as_str()) == Some(RDMA_CNI_TYPE));
+                        (e, rdma_after)
+                    })
+                    .collect(),
+                None if type_of(&v) => vec![(v.clone(), false)],
+                None => Vec::new(),
+            };
+        for (e, rdma_after) in entries {
+            let name = e
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or("?")
+                .to_string();
+            let v = conf_verdict(&e, paths, vf_guids);
+            for w in &v.warnings {
+                let unknown = w.starts_with("unknown key");
                 findings.push(Finding {
                     severity: Severity::Warning,
-                    code: "conf-node-local-range".into(),
+                    code: if unknown { "conf-unknown-key" } else { "conf-warning" }.into(),
                     subject: subject.clone(),
-                    message: format!("network {name}: the built-in IPAM allocates per node, and this configuration names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
-                    fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node or give each node its own range".into(),
+                    message: format!("network {name}: {w}"),
+                    fix: if unknown {
+                        "correct or remove the key: ADD ignores it (and logs this warning)"
+                    } else {
+                        "ADD logs this warning and goes on; see docs/configuration.md \"Configuration reference\""
+                    }
+                    .into(),
                 });
             }
+            for err in &v.errors {
+                findings.push(bad(
+                    &subject,
+                    format!("network {name}: code {}: {}", err.code, err.msg),
+                ));
+            }
+            if let Some(m) = &v.ipam_lookup {
+                findings.push(Finding {
+                    severity: Severity::Info,
+                    code: "conf-ipam-plugin".into(),
+                    subject: subject.clone(),
+                    message: format!("network {name}: {m}"),
+                    fix: "where the runtime searches is read from the node's containerd, CRI-O and Multus configurations (else /opt/cni/bin and /var/lib/cni/bin); --cni-path names the directories instead".into(),
+                });
+            }
+            // rdma-cni chained after ib-sriov, judged once the configuration is valid: its
+            // refusal is the check's error.
+            let mut refused = None;
+            if let Some(conf) = v.conf.as_ref().filter(|_| v.errors.is_empty()) {
+                if let Some(mut f) = rdma_chain_finding(&e, conf, rdma_after, rdma_mode) {
+                    if f.severity == Severity::Error {
+                        refused = Some(f.message.clone());
+                    }
+                    f.subject = subject.clone();
+                    f.message = format!("network {name}: {}", f.message);
+                    findings.push(f);
+                }
+                let builtin = conf.ipam.as_ref().is_some_and(crate::ipam::is_builtin);
+                if builtin && conf.device_id.is_none() && nad.is_some() {
+                    findings.push(Finding {
+                        severity: Severity::Warning,
+                        code: "conf-node-local-range".into(),
+                        subject: subject.clone(),
+                        message: format!("network {name}: the built-in IPAM allocates per node, and this NetworkAttachmentDefinition names no device, so Multus runs it on every node with the same range: every node hands out the same addresses"),
+                        fix: "for one network across nodes use a cluster-wide IPAM (whereabouts, nv-ipam); keep ib-sriov-ipam for a single node, or give each node its own range in a file of its own (a NetworkAttachmentDefinition without spec.config: Multus reads the node's /etc/cni/multus/net.d file of that name)".into(),
+                    });
+                }
+            }
+            checks.push(ConfCheck {
+                name,
+                nad: nad.clone(),
+                ok: v.errors.is_empty() && refused.is_none(),
+                // ADD's answer: the first error (else the chain's refusal).
+                error: v
+                    .errors
+                    .first()
+                    .map(|e| format!("code {}: {}", e.code, e.msg))
+                    .or(refused),
+            });
         }
-        checks.push(ConfCheck {
-            name,
-            ok: v.errors.is_empty() && refused.is_none(),
-            // ADD's answer: the first error (else the chain's refusal).
-            error: v
-                .errors
-                .first()
-                .map(|e| format!("code {}: {}", e.code, e.msg))
-                .or(refused),
-        });
+    }
+    if checks.is_empty() && findings.is_empty() {
+        findings.push(bad(
+            &file,
+            "no ib-sriov configuration in it (type \"ib-sriov\", or a conflist with one in plugins)".into(),
+        ));
     }
     (checks, findings)
 }
@@ -389,8 +438,10 @@ struct Verdict {
     errors: Vec<crate::cni::CniError>,
     /// The warnings ADD logs, in its order.
     warnings: Vec<String>,
-    /// The parsed configuration, when it parses.
+    /// The parsed configuration, each key that failed at its default.
     conf: Option<crate::config::NetConf>,
+    /// Where a delegated IPAM plugin was looked up, and where it was found.
+    ipam_lookup: Option<String>,
 }
 
 impl Verdict {
@@ -402,51 +453,27 @@ impl Verdict {
     }
 }
 
-/// Every error [`crate::config::NetConf::parse`] finds in `e`: its own answer first,
-/// then the answer for each other top-level key alone (with `cniVersion`, `name` and
-/// `type`), so one bad key does not hide another. The parser is the one ADD runs, key
-/// by key: no second list of rules.
-fn parse_errors(e: &serde_json::Value, v: &mut Verdict) -> Option<crate::config::NetConf> {
-    let parse = |x: &serde_json::Value| crate::config::NetConf::parse(x.to_string().as_bytes());
-    match parse(e) {
-        Ok(c) => return Some(c),
-        Err(err) => v.error(err),
-    }
-    let obj = e.as_object()?;
-    const BASE: [&str; 3] = ["cniVersion", "name", "type"];
-    let base: serde_json::Map<String, serde_json::Value> = obj
-        .iter()
-        .filter(|(k, _)| BASE.contains(&k.as_str()))
-        .map(|(k, x)| (k.clone(), x.clone()))
-        .collect();
-    for (k, x) in obj.iter().filter(|(k, _)| !BASE.contains(&k.as_str())) {
-        let mut one = base.clone();
-        one.insert(k.clone(), x.clone());
-        if let Err(err) = parse(&serde_json::Value::Object(one)) {
-            v.error(err);
-        }
-    }
-    None
-}
-
 /// The configuration `e` as ADD parses and checks it before any change, every check
-/// that can run ([`Verdict`]): the keys ([`crate::config::NetConf::parse`], each bad
-/// key reported, [`parse_errors`]) and their warnings, its paths against the node policy
-/// read under the host root ([`crate::policy::screen`]; a `logFile` outside it is a
-/// warning, as ADD logs it), the IPAM configuration (the built-in one parsed, with the
+/// that can run ([`Verdict`]): the keys, every bad one reported
+/// ([`crate::config::NetConf::check_all`], the parse ADD runs, in its collecting mode:
+/// a bad key is judged as absent by the checks after it) and their warnings, its paths
+/// against the node policy read under the host root ([`crate::policy::screen`]; a
+/// `logFile` outside it is a warning, as ADD logs it), the IPAM configuration (the
+/// built-in one parsed, every error of it ([`crate::ipam::config_errors`]), with the
 /// warnings it logs, [`crate::ipam::config_warnings`]; `dhcp` refused; a delegated
-/// plugin looked up in `/opt/cni/bin`, or `--cni-path`, under the host root, as ADD
-/// looks it up in the runtime's `CNI_PATH`), and, when it names a device, the device
-/// under the host root (`--host-root`) with its vfio mode
+/// plugin looked up where the node's runtime looks ([`collect::Paths::cni_path`]), under
+/// the host root, as ADD looks it up in the runtime's `CNI_PATH`), and, when it names a
+/// device, the device under the host root (`--host-root`) with its vfio mode
 /// ([`crate::plugin::device_and_mode`]) and the warnings ADD logs about it
 /// ([`crate::plugin::device_warnings`]), the RDMA isolation rule against this node's
-/// RDMA netns mode ([`crate::plugin::rdma::plan_for`]), and the GUID rule: a VF whose
-/// GUID is not usable (`vf_guids`: the GUID the report read for it) needs a GUID from
-/// the pod, else one from `guidFile` (read under the host root) or `deriveGuid`, else
-/// ADD answers code 7 ([`crate::plugin::no_usable_guid`]); a malformed or exhausted
-/// `guidFile` is code 7 too. Rules that need the pod are not checked: whether it
-/// carries a GUID (a configuration that gives none is judged as a pod without one),
-/// ib-kubernetes' annotation.
+/// RDMA netns mode ([`crate::plugin::rdma::plan_for`]), and the GUID rule (unless the
+/// GUID keys themselves are bad): a VF whose GUID is not usable (`vf_guids`: the GUID
+/// the report read for it) needs a GUID from the pod, else one from `guidFile` (read
+/// under the host root) or `deriveGuid`, else ADD answers code 7
+/// ([`crate::plugin::no_usable_guid`]); a malformed or exhausted `guidFile` is code 7
+/// too. Rules that need the pod are not checked: whether it carries a GUID (a
+/// configuration that gives none is judged as a pod without one), ib-kubernetes'
+/// annotation.
 ///
 /// The checks run in ADD's order, so the first error is the one ADD answers.
 fn conf_verdict(
@@ -455,13 +482,17 @@ fn conf_verdict(
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
 ) -> Verdict {
     let mut v = Verdict::default();
-    let parsed = parse_errors(e, &mut v);
+    let checked =
+        crate::config::NetConf::check_all(e.to_string().as_bytes(), crate::cni::Command::Add);
+    for (_, err) in &checked.errors {
+        v.error(err.clone());
+    }
     // The node policy of the configuration's paths, as ADD applies it (crate::cli).
     let screened = crate::policy::screen(e, &paths.root, &crate::policy::PathKey::ALL);
     if let Some(err) = screened.refusal() {
         v.error(err);
     }
-    let Some(mut conf) = parsed else {
+    let Some(mut conf) = checked.conf.clone() else {
         return v;
     };
     v.warnings.extend(conf.warnings.iter().cloned());
@@ -474,19 +505,78 @@ fn conf_verdict(
     // The IPAM as ADD chooses it, a delegated plugin looked up where the runtime's
     // CNI_PATH would look; named as the node names it, not under the host root.
     let dirs: Vec<String> = paths
-        .cni_bin
+        .cni_path
+        .dirs
         .iter()
-        .map(|d| d.display().to_string())
+        .map(|(d, _)| paths.host(d).display().to_string())
         .collect();
-    if let Err(mut err) = crate::plugin::ipam_for(&conf, &dirs) {
-        let root = paths.root.display().to_string();
-        if root != "/" {
-            err.msg = err.msg.replace(&root, "");
+    let root = paths.root.display().to_string();
+    let as_node = |s: String| {
+        if root == "/" {
+            s
+        } else {
+            s.replace(&root, "")
         }
-        v.error(err);
+    };
+    let ipam_type = conf
+        .ipam
+        .as_ref()
+        .and_then(|i| i.get("type"))
+        .and_then(|t| t.as_str())
+        .map(String::from);
+    match crate::plugin::ipam_for(&conf, &dirs) {
+        Err(mut err) => {
+            err.msg = as_node(err.msg);
+            v.error(err);
+            // The built-in IPAM's other errors (ADD answers the first).
+            if let Some(ipam) = conf.ipam.as_ref().filter(|i| crate::ipam::is_builtin(i)) {
+                for x in crate::ipam::config_errors(ipam).into_iter().skip(1) {
+                    v.error(crate::plugin::ipam_error(x));
+                }
+            }
+            if let Some(t) = ipam_type.filter(|t| t != crate::ipam::BUILTIN_TYPE && t != "dhcp") {
+                v.ipam_lookup = Some(format!(
+                    "delegated ipam plugin {t:?} not found; looked up in {}",
+                    paths.cni_path.described()
+                ));
+            }
+        }
+        Ok(Some(crate::plugin::Ipam::External(d))) => {
+            v.ipam_lookup = Some(format!(
+                "delegated ipam plugin {:?} found at {}; looked up in {}",
+                ipam_type.unwrap_or_default(),
+                as_node(d.path.display().to_string()),
+                paths.cni_path.described()
+            ));
+        }
+        Ok(_) => {}
+    }
+    // A built-in IPAM the parse refused for its dataDir: the rest of it too.
+    if checked.failed("ipam.dataDir") {
+        if let Some(ipam) = e.get("ipam") {
+            for x in crate::ipam::config_errors(ipam) {
+                if !x.message().starts_with("dataDir") {
+                    v.error(crate::plugin::ipam_error(x));
+                }
+            }
+        }
     }
     if let Some(addr) = conf.device_id {
-        if let Err(err) = device_checks(&conf, addr, paths, vf_guids, &mut v.warnings) {
+        let guid_keys_bad = [
+            "runtimeConfig",
+            "runtimeConfig.infinibandGUID",
+            "args.cni.guid",
+        ]
+        .iter()
+        .any(|k| checked.failed(k));
+        if let Err(err) = device_checks(
+            &conf,
+            addr,
+            paths,
+            vf_guids,
+            !guid_keys_bad,
+            &mut v.warnings,
+        ) {
             v.error(err);
         }
     }
@@ -494,13 +584,14 @@ fn conf_verdict(
     v
 }
 
-/// The checks of [`conf_verdict`] on the device `addr` the configuration names; the
-/// warnings ADD logs about it into `warnings`.
+/// The checks of [`conf_verdict`] on the device `addr` the configuration names (the
+/// GUID rule only with `guid_rule`); the warnings ADD logs about it into `warnings`.
 fn device_checks(
     conf: &crate::config::NetConf,
     addr: crate::types::PciAddress,
     paths: &collect::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
+    guid_rule: bool,
     warnings: &mut Vec<String>,
 ) -> Result<(), crate::cni::CniError> {
     let sysfs = crate::sysfs::Sysfs::new(&paths.sys);
@@ -513,7 +604,7 @@ fn device_checks(
     let Some(g) = cur.filter(|g| is_vf && !g.is_assignable()) else {
         return Ok(());
     };
-    if conf.guid.is_some() || conf.ib_kubernetes_enabled {
+    if !guid_rule || conf.guid.is_some() || conf.ib_kubernetes_enabled {
         return Ok(());
     }
     let pf = crate::vfguid::PfIdentity::read(&sysfs, None, dev.pf);
@@ -706,9 +797,13 @@ mod tests {
         let paths = collect::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
-        std::fs::write(&p, "garbage").unwrap();
+        std::fs::write(&p, "{garbage").unwrap();
         assert!(check_conf(&p, &paths, &BTreeMap::new(), None).1[0]
             .message
             .contains("not JSON"));
+        std::fs::write(&p, "garbage").unwrap();
+        assert!(check_conf(&p, &paths, &BTreeMap::new(), None).1[0]
+            .message
+            .contains("no network configuration in it"));
     }
 }

@@ -260,6 +260,10 @@ pub struct IpamNetwork {
 pub struct ConfCheck {
     /// The configuration's `name`, or `?`.
     pub name: String,
+    /// The NetworkAttachmentDefinition it is the `spec.config` of (`namespace/name`);
+    /// absent for a node's file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nad: Option<String>,
     /// Valid as ADD would parse it.
     pub ok: bool,
     /// The error ADD would answer (CNI code and message), when not valid.

@@ -213,8 +213,11 @@ pub fn render(r: &Report) -> String {
         for c in &r.conf {
             let _ = writeln!(
                 o,
-                "  {}  {}",
+                "  {}{}  {}",
                 c.name,
+                c.nad.as_ref().map_or(String::new(), |n| format!(
+                    " (NetworkAttachmentDefinition {n})"
+                )),
                 if c.ok {
                     "valid"
                 } else {

@@ -157,6 +157,104 @@ pub fn warnings(ipam: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Phase "decode" of [`IpamConfig::from_json`]: a JSON object whose keys have their
+/// JSON types. Nothing else can be checked without it.
+fn decode(ipam: &serde_json::Value) -> Result<RawIpam, IpamError> {
+    if !ipam.is_object() {
+        return Err(invalid(format!(
+            "\"ipam\" must be a JSON object, got {ipam}"
+        )));
+    }
+    serde_json::from_value(ipam.clone()).map_err(|e| invalid(format!("cannot parse \"ipam\": {e}")))
+}
+
+/// The raw range sets: the legacy top-level range (when `subnet` is given) first, then
+/// `ranges`.
+fn raw_sets(raw: &mut RawIpam) -> Vec<Vec<RawRange>> {
+    let mut sets: Vec<Vec<RawRange>> = Vec::new();
+    if raw.legacy.subnet.as_deref().is_some_and(|s| !s.is_empty()) {
+        sets.push(vec![std::mem::take(&mut raw.legacy)]);
+    }
+    sets.extend(raw.ranges.take().unwrap_or_default());
+    sets
+}
+
+/// Phase "ranges": range set `i` (each range valid, one family, no overlap within).
+fn range_set(i: usize, raw_set: &[RawRange]) -> Result<RangeSet, IpamError> {
+    raw_set
+        .iter()
+        .map(range_from_raw)
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(RangeSet::new)
+        .map_err(|e| invalid(format!("invalid range set {i}: {e}")))
+}
+
+/// Phase "overlaps": each pair of the (valid) range sets `sets`, with their indices, that
+/// overlaps.
+fn overlaps(sets: &[(usize, RangeSet)]) -> impl Iterator<Item = IpamError> + '_ {
+    sets.iter().enumerate().flat_map(move |(n, (i, a))| {
+        sets[n + 1..]
+            .iter()
+            .filter(|(_, b)| a.overlaps(b))
+            .map(move |(j, b)| {
+                invalid(format!(
+                    "range set {i} ({a}) overlaps with range set {j} ({b})"
+                ))
+            })
+    })
+}
+
+/// Phase "routes": route `i` (a `dst` CIDR, an optional `gw` address).
+fn route(i: usize, r: &RawRoute) -> Result<RouteConfig, IpamError> {
+    let dst = r
+        .dst
+        .as_deref()
+        .ok_or_else(|| invalid(format!("route {i}: missing \"dst\"")))?;
+    let dst = parse_cidr("dst", dst).map_err(|e| invalid(format!("route {i}: {e}")))?;
+    let gw = match r.gw.as_deref().filter(|g| !g.trim().is_empty()) {
+        Some(g) => Some(parse_ip("gw", g).map_err(|e| invalid(format!("route {i}: {e}")))?),
+        None => None,
+    };
+    Ok(RouteConfig { dst, gw })
+}
+
+/// Phase "dataDir": the default [`DEFAULT_DATA_DIR`] when absent or `""`, else
+/// [`check_data_dir`].
+fn data_dir(raw: &RawIpam) -> Result<PathBuf, IpamError> {
+    match raw.data_dir.as_deref() {
+        None | Some("") => Ok(PathBuf::from(DEFAULT_DATA_DIR)),
+        Some(d) => check_data_dir(d).map(|()| PathBuf::from(d)),
+    }
+}
+
+/// Every error [`IpamConfig::from_json`] finds in `ipam`, not only the first it
+/// answers (the first here): each range set, each overlap of two valid sets, each
+/// route and `dataDir`, by the same phases, for `doctor --conf`.
+pub fn errors(ipam: &serde_json::Value) -> Vec<IpamError> {
+    let mut raw = match decode(ipam) {
+        Ok(r) => r,
+        Err(e) => return vec![e],
+    };
+    let mut out = Vec::new();
+    let sets = raw_sets(&mut raw);
+    if sets.is_empty() {
+        out.push(invalid("no IP ranges specified".to_string()));
+    }
+    let mut valid = Vec::new();
+    for (i, s) in sets.iter().enumerate() {
+        match range_set(i, s) {
+            Ok(set) => valid.push((i, set)),
+            Err(e) => out.push(e),
+        }
+    }
+    out.extend(overlaps(&valid));
+    for (i, r) in raw.routes.iter().flatten().enumerate() {
+        out.extend(route(i, r).err());
+    }
+    out.extend(data_dir(&raw).err());
+    out
+}
+
 impl IpamConfig {
     /// Parse and validate the `ipam` object of a network config.
     ///
@@ -166,6 +264,9 @@ impl IpamConfig {
     /// prepended to `ranges`, only considered when `subnet` is present, as in
     /// host-local), `routes` (`[{dst, gw}]`) and `dataDir`. Unknown keys are
     /// ignored. IPv4 and IPv6.
+    ///
+    /// Checked in phases (decode, ranges, overlaps, routes, dataDir), stopping at
+    /// the first error; [`errors`] runs them all.
     ///
     /// Errors ([`IpamError::InvalidConfig`], messages follow host-local's
     /// config.go/range.go/range_set.go wording and name the offending value):
@@ -178,71 +279,32 @@ impl IpamConfig {
     /// `"range set <i> (...) overlaps with range set <j> (...)"`;
     /// `"route <i>: ..."` for a missing/invalid `dst` or invalid `gw`.
     pub fn from_json(ipam: &serde_json::Value) -> Result<IpamConfig, IpamError> {
-        if !ipam.is_object() {
-            return Err(invalid(format!(
-                "\"ipam\" must be a JSON object, got {ipam}"
-            )));
-        }
-        let raw: RawIpam = serde_json::from_value(ipam.clone())
-            .map_err(|e| invalid(format!("cannot parse \"ipam\": {e}")))?;
-
+        let mut raw = decode(ipam)?;
         for w in raw.warnings() {
             log::warn!("{w}");
         }
-        let mut raw_sets: Vec<Vec<RawRange>> = Vec::new();
-        if raw.legacy.subnet.as_deref().is_some_and(|s| !s.is_empty()) {
-            raw_sets.push(vec![raw.legacy]);
-        }
-        raw_sets.extend(raw.ranges.unwrap_or_default());
-        if raw_sets.is_empty() {
+        let sets = raw_sets(&mut raw);
+        if sets.is_empty() {
             return Err(invalid("no IP ranges specified".to_string()));
         }
-
-        let mut ranges = Vec::with_capacity(raw_sets.len());
-        for (i, raw_set) in raw_sets.iter().enumerate() {
-            let set = raw_set
-                .iter()
-                .map(range_from_raw)
-                .collect::<Result<Vec<_>, _>>()
-                .and_then(RangeSet::new)
-                .map_err(|e| invalid(format!("invalid range set {i}: {e}")))?;
-            ranges.push(set);
+        let mut ranges = Vec::with_capacity(sets.len());
+        for (i, s) in sets.iter().enumerate() {
+            ranges.push((i, range_set(i, s)?));
         }
-        for (i, a) in ranges.iter().enumerate() {
-            for (j, b) in ranges.iter().enumerate().skip(i + 1) {
-                if a.overlaps(b) {
-                    return Err(invalid(format!(
-                        "range set {i} ({a}) overlaps with range set {j} ({b})"
-                    )));
-                }
-            }
+        if let Some(e) = overlaps(&ranges).next() {
+            return Err(e);
         }
-
-        let mut routes = Vec::new();
-        for (i, r) in raw.routes.unwrap_or_default().iter().enumerate() {
-            let dst = r
-                .dst
-                .as_deref()
-                .ok_or_else(|| invalid(format!("route {i}: missing \"dst\"")))?;
-            let dst = parse_cidr("dst", dst).map_err(|e| invalid(format!("route {i}: {e}")))?;
-            let gw = match r.gw.as_deref().filter(|g| !g.trim().is_empty()) {
-                Some(g) => Some(parse_ip("gw", g).map_err(|e| invalid(format!("route {i}: {e}")))?),
-                None => None,
-            };
-            routes.push(RouteConfig { dst, gw });
-        }
-
-        let data_dir = match raw.data_dir.as_deref() {
-            None | Some("") => PathBuf::from(DEFAULT_DATA_DIR),
-            Some(d) => {
-                check_data_dir(d)?;
-                PathBuf::from(d)
-            }
-        };
-
+        let routes = raw
+            .routes
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, r)| route(i, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let data_dir = data_dir(&raw)?;
         Ok(IpamConfig {
             ipam_type: raw.ipam_type.unwrap_or_default(),
-            ranges,
+            ranges: ranges.into_iter().map(|(_, s)| s).collect(),
             routes,
             data_dir,
         })
@@ -465,5 +527,48 @@ mod tests {
         validate_data_dir(None).unwrap();
         validate_data_dir(Some(&json!(""))).unwrap();
         validate_data_dir(Some(&json!("/var/lib/x"))).unwrap();
+    }
+
+    #[test]
+    fn errors_lists_every_bad_value_the_first_being_from_jsons() {
+        let v = json!({
+            "type": "ib-sriov-ipam",
+            "ranges": [
+                [{"subnet": "10.0.0.0/24", "rangeStart": "10.9.0.1"}],
+                [{"subnet": "10.1.0.0/24"}],
+                [{"subnet": "10.1.0.0/25"}]
+            ],
+            "routes": [{"dst": "nope"}, {"dst": "10.0.0.0/8"}, {}],
+            "dataDir": "rel"
+        });
+        let all: Vec<String> = errors(&v).iter().map(|e| e.to_string()).collect();
+        assert_eq!(all[0], IpamConfig::from_json(&v).unwrap_err().to_string());
+        assert!(all[0].contains("invalid range set 0"), "{all:?}");
+        assert!(
+            all[1].contains("range set 1 (") && all[1].contains("overlaps with range set 2"),
+            "{all:?}"
+        );
+        assert!(
+            all[2].starts_with("invalid IPAM config: route 0:"),
+            "{all:?}"
+        );
+        assert!(all[3].contains("route 2: missing \"dst\""), "{all:?}");
+        assert!(
+            all[4].contains("dataDir \"rel\" must be an absolute path"),
+            "{all:?}"
+        );
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert!(errors(&json!({"subnet": "10.0.0.0/24"})).is_empty());
+        assert_eq!(errors(&json!([1])).len(), 1);
+        assert_eq!(
+            errors(&json!({"dataDir": "x"}))
+                .iter()
+                .map(|e| e.message().to_string())
+                .collect::<Vec<_>>(),
+            [
+                "no IP ranges specified",
+                "dataDir \"x\" must be an absolute path"
+            ]
+        );
     }
 }

@@ -39,7 +39,10 @@ mod multiprocess_tests;
 mod proptests;
 
 pub use allocator::{AllocatedIp, Allocation, QUERY_LOCK_TIMEOUT};
-pub use config::{validate_data_dir, warnings as config_warnings, IpamConfig, RouteConfig};
+pub use config::{
+    errors as config_errors, validate_data_dir, warnings as config_warnings, IpamConfig,
+    RouteConfig,
+};
 pub use disk::{
     DiskStore, Record, BOOT_MARKER_FILE, DEFAULT_DATA_DIR, LAST_IP_FILE_PREFIX, LINE_BREAK,
 };
