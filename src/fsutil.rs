@@ -73,10 +73,32 @@ pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
 
 /// [`open_regular`], with the file's size in bytes as its `fstat(2)` gave it.
 fn open_regular_sized(path: &Path, flags: OFlag, mode: u32) -> io::Result<(File, u64)> {
-    let all = flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    open_regular_with(path, flags | OFlag::O_NOFOLLOW, mode)
+}
+
+/// Reads the whole regular file at `path` as [`read_regular_bounded`] does, but
+/// following symbolic links (a file an admin may project from a ConfigMap, whose name
+/// is a link into `..data/`): opened `O_NONBLOCK` (a FIFO at the end of the links
+/// cannot hang the read: opening one for reading returns at once), then refused unless
+/// `fstat(2)` says regular file.
+///
+/// Errors: [`NotRegular`] inside an [`io::Error`] ([`is_not_regular`]) for a FIFO,
+/// socket, directory or device; `InvalidData` past `max` bytes; any other open, fstat or
+/// read error as is (`NotFound` for a missing file or a dangling link).
+pub fn read_regular_following(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let (f, size) = open_regular_with(path, OFlag::O_RDONLY, 0)?;
+    read_bounded_sized(f, max, Some(size))
+}
+
+/// Opens `path` with `flags` plus `O_NONBLOCK | O_NOCTTY | O_CLOEXEC` and accepts only a
+/// regular file (see [`open_regular`]); `O_NOFOLLOW` only when `flags` has it.
+fn open_regular_with(path: &Path, flags: OFlag, mode: u32) -> io::Result<(File, u64)> {
+    let all = flags | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
     let fd = match open(path, all, Mode::from_bits_truncate(mode)) {
         Ok(fd) => fd,
-        Err(nix::errno::Errno::ELOOP) => return Err(not_regular("symbolic link")),
+        Err(nix::errno::Errno::ELOOP) if flags.contains(OFlag::O_NOFOLLOW) => {
+            return Err(not_regular("symbolic link"))
+        }
         Err(nix::errno::Errno::ENXIO) => return Err(not_regular("FIFO or socket")),
         Err(nix::errno::Errno::EISDIR) => return Err(not_regular("directory")),
         Err(e) => return Err(e.into()),
