@@ -1,0 +1,320 @@
+//! Every verb's hard time bound (src/watchdog.rs): whatever one system call does, the
+//! plugin answers code 11 on stdout (one JSON error object, nothing else) and exits 1
+//! at the verb's bound (ADD 220 s, DEL 60 s, CHECK, GC and STATUS 80 s from the
+//! process start), leaving its journal for the next DEL, which restores the host. And a
+//! FIFO in place of the node file blocks no call. The bound is shown without waiting it
+//! out: the test builds' seam `IB_SRIOV_TEST_STARTED_AGO_MS` moves the process start
+//! into the past, and the fail point action `block` blocks the plugin in a `read(2)`
+//! that never returns. Every plugin started here is killed and reaped if it outlives
+//! its limit (the test then fails). Needs root (netns, veth, mount namespaces) and the
+//! `failpoints` feature.
+
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::lab::Lab;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A started plugin, killed and reaped when dropped unless it was waited for.
+struct Plugin(Option<Child>);
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What a plugin run gave: its exit status, stdout, stderr and how long it ran.
+struct Ended {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Plugin {
+    /// Waits for the plugin to exit, at most `limit`; past it the plugin is killed and
+    /// the test fails naming `what`.
+    #[track_caller]
+    fn end_within(mut self, limit: Duration, what: &str) -> Ended {
+        let t0 = Instant::now();
+        let mut c = self.0.take().expect("a child");
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                let mut stdout = String::new();
+                let mut stderr = String::new();
+                if let Some(mut o) = c.stdout.take() {
+                    o.read_to_string(&mut stdout).unwrap();
+                }
+                if let Some(mut e) = c.stderr.take() {
+                    e.read_to_string(&mut stderr).unwrap();
+                }
+                return Ended {
+                    status,
+                    stdout,
+                    stderr,
+                    took: t0.elapsed(),
+                };
+            }
+            if t0.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                let mut stderr = String::new();
+                if let Some(mut e) = c.stderr.take() {
+                    let _ = e.read_to_string(&mut stderr);
+                }
+                panic!("{what}: still running after {limit:?} (killed); stderr: {stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Ended {
+    /// The run ended by the watchdog: exit status 1, stdout one CNI error object of
+    /// code 11 (and nothing else) naming the bound of `secs` s. Returns its message.
+    #[track_caller]
+    fn expect_watchdog(&self, what: &str, secs: u64) -> String {
+        assert_eq!(
+            (self.status.code(), self.status.signal()),
+            (Some(1), None),
+            "{what}: exit status; stdout {} stderr {}",
+            self.stdout,
+            self.stderr
+        );
+        let mut objs = serde_json::Deserializer::from_str(&self.stdout).into_iter::<Value>();
+        let e = objs
+            .next()
+            .unwrap_or_else(|| panic!("{what}: nothing on stdout; stderr {}", self.stderr))
+            .unwrap_or_else(|err| panic!("{what}: stdout {:?}: {err}", self.stdout));
+        assert!(objs.next().is_none(), "{what}: one answer: {}", self.stdout);
+        assert_eq!(e["code"], 11, "{what}: {e}");
+        let msg = e["msg"].as_str().unwrap().to_string();
+        assert!(
+            msg.contains(&format!("within {secs} s of its start")),
+            "{what}: {msg}"
+        );
+        msg
+    }
+}
+
+/// The plugin binary under test.
+fn bin() -> &'static std::path::Path {
+    common::lab::bin()
+}
+
+/// A verb whose stdin the runtime never closes: the plugin blocks in its read of the
+/// network configuration. Each verb, started just before its bound, answers code 11
+/// naming the bound and the `read` it was blocked in, and exits 1; CNI_COMMAND
+/// VERSION has no bound.
+#[test]
+fn a_verb_whose_stdin_never_ends_answers_11_at_its_bound() {
+    for (verb, secs) in [
+        ("DEL", 60),
+        ("ADD", 220),
+        ("CHECK", 80),
+        ("GC", 80),
+        ("STATUS", 80),
+    ] {
+        let ago = (secs * 1000 - 700).to_string();
+        let mut child = Command::new(bin())
+            .env_clear()
+            .env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", "bound-stdin")
+            .env("CNI_IFNAME", "net1")
+            .env("CNI_NETNS", "/proc/self/ns/net")
+            .env("CNI_PATH", "/nonexistent")
+            .env("IB_SRIOV_TEST_STARTED_AGO_MS", &ago)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Held open (never written, never closed) until the plugin has ended.
+        let stdin = child.stdin.take();
+        let what = format!("{verb} with stdin never closed, started {ago} ms ago");
+        let end = Plugin(Some(child)).end_within(Duration::from_secs(15), &what);
+        drop(stdin);
+        let msg = end.expect_watchdog(&what, secs);
+        assert!(
+            msg.contains("system call") && msg.contains("(read)"),
+            "{what}: names where it waited: {msg}"
+        );
+        assert!(end.took < Duration::from_secs(10), "{what}: {:?}", end.took);
+    }
+}
+
+/// Runs `verb` of `cid` on the lab's host with fail points `fp` and the process start
+/// moved `ago_ms` into the past, its stdin closed after the configuration as a runtime
+/// does; killed if it runs past `limit`.
+fn run_late(
+    lab: &Lab,
+    verb: &str,
+    cid: &str,
+    netns: &str,
+    conf: &Value,
+    fp: &str,
+    ago_ms: u64,
+) -> Ended {
+    let ago = ago_ms.to_string();
+    let child = lab.host.spawn_plugin(
+        bin(),
+        verb,
+        cid,
+        netns,
+        "net1",
+        &conf.to_string(),
+        &[
+            ("IB_SRIOV_FAILPOINTS", fp),
+            ("IB_SRIOV_TEST_STARTED_AGO_MS", &ago),
+        ],
+    );
+    Plugin(Some(child)).end_within(
+        Duration::from_secs(20),
+        &format!("{verb} {cid} with {fp}, started {ago_ms} ms ago"),
+    )
+}
+
+/// A DEL blocked for ever in a `read(2)` at each step of its teardown (fail point
+/// action `block`), started 57 s before its bound: it answers code 11 at 60 s, exits 1
+/// and keeps its journal; the next DEL restores the host as before the ADD.
+#[test]
+fn a_del_blocked_in_a_step_answers_at_60_s_and_the_next_del_finishes() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let mut conf = lab.conf("1.0.0", 1);
+    conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": lab.host.root().join("devinfo-b1.json")});
+    for point in ["del.ipam", "del.move", "del.journal"] {
+        let pod = lab.host.new_pod();
+        lab.add("b1", &pod, &conf).expect_ok();
+        let what = format!("DEL blocked at {point}");
+        let end = run_late(
+            &lab,
+            "DEL",
+            "b1",
+            pod.netns(),
+            &conf,
+            &format!("{point}=block"),
+            57_000,
+        );
+        let msg = end.expect_watchdog(&what, 60);
+        assert!(msg.contains("(read)"), "{what}: {msg}");
+        assert!(
+            end.stderr
+                .contains(&format!("fail point {point}: blocking")),
+            "{what}: the DEL reached {point}: {}",
+            end.stderr
+        );
+        assert!(
+            end.took >= Duration::from_millis(2500) && end.took < Duration::from_secs(10),
+            "{what}: answered after {:?}, at its bound",
+            end.took
+        );
+        assert_eq!(lab.journals(), ["b1:net1"], "{what}: journal kept");
+        lab.host.sync_netdevs().unwrap();
+        lab.del("b1", pod.netns(), &conf).expect_ok();
+        lab.host.sync_netdevs().unwrap();
+        assert!(lab.journals().is_empty(), "{what}: {:?}", lab.journals());
+        assert!(
+            lab.allocations().is_empty(),
+            "{what}: {:?}",
+            lab.allocations()
+        );
+        assert_eq!(lab.host.snapshot(), before, "{what}: host restored");
+        assert_eq!(pod.links(), ["lo"], "{what}: nothing left in the pod");
+    }
+}
+
+/// An ADD blocked for ever at a step after its netdev moved, started 3 s before its
+/// 220 s bound: code 11 at the bound, exit 1, the journal kept; DEL (the runtime's,
+/// after a failed ADD) restores the host.
+#[test]
+fn an_add_blocked_in_a_step_answers_at_220_s_and_del_restores() {
+    let lab = Lab::default();
+    let before = lab.host.snapshot();
+    let conf = lab.conf("1.0.0", 2);
+    for point in ["add.move", "add.ipam", "add.complete"] {
+        let pod = lab.host.new_pod();
+        let what = format!("ADD blocked at {point}");
+        let end = run_late(
+            &lab,
+            "ADD",
+            "b2",
+            pod.netns(),
+            &conf,
+            &format!("{point}=block"),
+            217_000,
+        );
+        end.expect_watchdog(&what, 220);
+        assert!(
+            end.stderr
+                .contains(&format!("fail point {point}: blocking")),
+            "{what}: the ADD reached {point}: {}",
+            end.stderr
+        );
+        assert_eq!(lab.journals(), ["b2:net1"], "{what}: journal kept");
+        lab.host.sync_netdevs().unwrap();
+        lab.del("b2", pod.netns(), &conf).expect_ok();
+        lab.host.sync_netdevs().unwrap();
+        assert!(lab.journals().is_empty(), "{what}: {:?}", lab.journals());
+        assert!(
+            lab.allocations().is_empty(),
+            "{what}: {:?}",
+            lab.allocations()
+        );
+        assert_eq!(lab.host.snapshot(), before, "{what}: host restored");
+    }
+}
+
+/// A FIFO in place of /etc/ib-sriov/node.json (in a private mount namespace): opening
+/// it for reading would block until a writer comes. ADD answers code 7 at once naming
+/// it a FIFO; DEL answers at once (the node file is unusable, so the default policy
+/// applies). Neither waits for the watchdog.
+#[test]
+fn a_fifo_as_the_node_file_blocks_no_call() {
+    let lab = Lab::default();
+    let (dir, wrapper) = common::policy::private_node_file(None);
+    nix::unistd::mkfifo(
+        &dir.path().join("etc/node.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let conf = lab.conf("1.0.0", 0);
+    let pod = lab.host.new_pod();
+    for verb in ["ADD", "DEL"] {
+        let child = lab.host.spawn_plugin(
+            &wrapper,
+            verb,
+            "fifo-1",
+            pod.netns(),
+            "net1",
+            &conf.to_string(),
+            &[],
+        );
+        let what = format!("{verb} with a FIFO as the node file");
+        let end = Plugin(Some(child)).end_within(Duration::from_secs(10), &what);
+        assert!(end.took < Duration::from_secs(5), "{what}: {:?}", end.took);
+        if verb == "ADD" {
+            let e: Value = serde_json::from_str(&end.stdout)
+                .unwrap_or_else(|err| panic!("{what}: {:?}: {err}", end.stdout));
+            assert_eq!(e["code"], 7, "{what}: {e}");
+            assert!(e["msg"].as_str().unwrap().contains("FIFO"), "{what}: {e}");
+        } else {
+            assert!(
+                end.status.success(),
+                "{what}: {} {}",
+                end.stdout,
+                end.stderr
+            );
+        }
+    }
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+}
