@@ -318,3 +318,102 @@ fn a_fifo_as_the_node_file_blocks_no_call() {
     }
     assert!(lab.journals().is_empty(), "{:?}", lab.journals());
 }
+
+/// Replaces `path` by rename, again and again until `stop`, with its own content at the
+/// time (read, written to a temp file beside it, renamed over it), as a host replacing
+/// the node file from a ConfigMap or an editor would; a missing file is left missing.
+/// Returns how many replacements it made.
+fn keep_replacing(path: std::path::PathBuf, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let tmp = path.with_extension("replacing");
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Ok(b) = std::fs::read(&path) {
+            if std::fs::write(&tmp, &b).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+                n += 1;
+            }
+        }
+        std::thread::yield_now();
+    }
+    let _ = std::fs::remove_file(&tmp);
+    n
+}
+
+/// The files of the node that an ADD and a DEL read, replaced by rename in a loop
+/// while the calls run (the lab's 10-minute DEL happened while the host replaced the
+/// node file): the node file and the operator's GUID file. No call waits: each ends
+/// within 10 s (a call that does not is killed and the test fails), every call
+/// succeeds, and every DEL leaves the host as the first one did. (The journal and the Go
+/// cache file are the plugin's own, written under the VF lock; a replacer from outside
+/// can only resurrect a removed one, which is no scenario of a node.)
+#[test]
+fn replacing_the_files_a_call_reads_in_a_loop_blocks_no_call() {
+    // VFs without a GUID: ADD takes VF 3's from the GUID file (and DEL zeroes it again).
+    let lab = Lab::new(common::emuhost::EmuOptions {
+        zero_guids: true,
+        ..Default::default()
+    });
+    // The host after the first DEL (VF 3 keeps the GUID the file gave it): every
+    // later DEL leaves it so.
+    let mut first: Option<common::emuhost::HostSnapshot> = None;
+    let node = json!({"extraPathRoots": common::policy::TEST_ROOTS}).to_string();
+    let (dir, wrapper) = common::policy::private_node_file(Some(&node));
+    let guids = lab.host.root().join("etc-guids");
+    std::fs::write(
+        &guids,
+        json!([{"pciAddress": common::emuhost::PF_BDF, "rangeStart": "02:00:00:00:00:00:0a:00", "rangeEnd": "02:00:00:00:00:00:0a:0f"}]).to_string(),
+    )
+    .unwrap();
+    let mut conf = lab.conf("1.0.0", 3);
+    conf["guidFile"] = json!(guids);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut adds, mut dels, mut replaced) = (0, 0, 0);
+    std::thread::scope(|s| {
+        let stop = &stop;
+        let workers = vec![
+            s.spawn(move || keep_replacing(dir.path().join("etc/node.json"), stop)),
+            s.spawn(|| keep_replacing(guids.clone(), stop)),
+        ];
+        let run = |verb: &str, netns: &str| {
+            let child =
+                lab.host
+                    .spawn_plugin(&wrapper, verb, "r1", netns, "net1", &conf.to_string(), &[]);
+            Plugin(Some(child)).end_within(
+                Duration::from_secs(10),
+                &format!("{verb} while its files are replaced"),
+            )
+        };
+        for _ in 0..25 {
+            let pod = lab.host.new_pod();
+            let a = run("ADD", pod.netns());
+            if a.status.success() {
+                adds += 1;
+            } else {
+                eprintln!("ADD failed: {}", a.stdout);
+            }
+            lab.host.sync_netdevs().unwrap();
+            let d = run("DEL", pod.netns());
+            if d.status.success() {
+                dels += 1;
+            } else {
+                eprintln!("DEL failed: {}", d.stdout);
+            }
+            lab.host.sync_netdevs().unwrap();
+            let now = lab.host.snapshot();
+            assert_eq!(
+                first.get_or_insert_with(|| now.clone()),
+                &now,
+                "host restored"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        replaced = workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .sum::<usize>();
+        drop(wrapper);
+    });
+    eprintln!("{adds} ADDs and {dels} DELs of 25 succeeded; {replaced} replacements");
+    assert!(replaced > 0);
+    assert_eq!((adds, dels), (25, 25));
+    assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+}
