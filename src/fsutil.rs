@@ -712,6 +712,30 @@ mod tests {
         assert!(e.to_string().contains("directory"), "{e}");
     }
 
+    /// The node file's read follows links (a ConfigMap projection) but, like the
+    /// others, never blocks on a FIFO at their end.
+    #[test]
+    fn read_regular_following_follows_links_and_refuses_a_fifo_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        fs::write(&f, b"{}").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert_eq!(read_regular_following(&link, 10).unwrap(), b"{}");
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let to_fifo = d.path().join("to-fifo");
+        std::os::unix::fs::symlink(&fifo, &to_fifo).unwrap();
+        let t0 = Instant::now();
+        for p in [&fifo, &to_fifo] {
+            let e = read_regular_following(p, 10).unwrap_err();
+            assert!(is_not_regular(&e) && e.to_string().contains("FIFO"), "{e}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        let e = read_regular_following(&d.path().join("none"), 10).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
     #[test]
     fn read_regular_bounded_refuses_larger_files() {
         let d = tempfile::tempdir().unwrap();
