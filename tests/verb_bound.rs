@@ -417,3 +417,238 @@ fn replacing_the_files_a_call_reads_in_a_loop_blocks_no_call() {
     assert_eq!((adds, dels), (25, 25));
     assert!(lab.journals().is_empty(), "{:?}", lab.journals());
 }
+
+/// A FUSE file system (kernel uapi include/uapi/linux/fuse.h, protocol 7.31) served by
+/// a thread of the test: its root holds one regular file, `node.json`, of 64 bytes,
+/// whose reads are not answered until [`StuckFuse::release`]. A reader waits for the
+/// answer in the kernel (`request_wait_answer()` in fs/fuse/dev.c): interruptibly, then,
+/// once a fatal signal came and the request is with the server, uninterruptibly
+/// (state `D`): even SIGKILL cannot end it, as on a hung network file system. Unmounted
+/// (lazily) when dropped; its server thread ends with the test process.
+struct StuckFuse {
+    dir: std::path::PathBuf,
+    dev: std::sync::Arc<std::fs::File>,
+    /// The `unique` of every READ not answered yet.
+    held: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+/// Writes one FUSE answer (`struct fuse_out_header`, then `payload`) to `dev`.
+fn fuse_reply(dev: &std::fs::File, unique: u64, error: i32, payload: &[u8]) {
+    use std::io::Write;
+    let mut out = Vec::with_capacity(16 + payload.len());
+    out.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+    out.extend_from_slice(&error.to_ne_bytes());
+    out.extend_from_slice(&unique.to_ne_bytes());
+    out.extend_from_slice(payload);
+    let _ = (&*dev).write_all(&out);
+}
+
+impl StuckFuse {
+    /// Mounts it on the existing directory `dir` (needs root).
+    fn mount(dir: &std::path::Path) -> StuckFuse {
+        use std::os::fd::AsRawFd;
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .expect("/dev/fuse");
+        let opts = format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0,allow_other",
+            dev.as_raw_fd()
+        );
+        nix::mount::mount(
+            Some("ib-sriov-stuck"),
+            dir,
+            Some("fuse"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some(opts.as_str()),
+        )
+        .expect("mounting a FUSE file system");
+        let dev = std::sync::Arc::new(dev);
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (d, h) = (dev.clone(), held.clone());
+        std::thread::spawn(move || serve_stuck_fuse(&d, &h));
+        StuckFuse {
+            dir: dir.to_path_buf(),
+            dev,
+            held,
+        }
+    }
+
+    /// Answers every READ held so far with EIO, ending its reader's wait.
+    fn release(&self) {
+        for unique in self.held.lock().unwrap().drain(..) {
+            fuse_reply(&self.dev, unique, -nix::libc::EIO, &[]);
+        }
+    }
+}
+
+impl Drop for StuckFuse {
+    fn drop(&mut self) {
+        self.release();
+        let _ = nix::mount::umount2(&self.dir, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// The FUSE server loop of [`StuckFuse`]: answers INIT, LOOKUP of `node.json`,
+/// GETATTR, OPEN, OPENDIR, FLUSH, RELEASE, RELEASEDIR, ACCESS and GETXATTR (ENODATA);
+/// holds READ in `held`; leaves INTERRUPT and FORGET unanswered; ENOSYS for the rest.
+/// Ends when the device read fails (the connection gone).
+fn serve_stuck_fuse(dev: &std::fs::File, held: &std::sync::Mutex<Vec<u64>>) {
+    let mut buf = vec![0u8; 1 << 17];
+    let attr = |ino: u64, mode: u32, size: u64| {
+        let mut a = Vec::with_capacity(88);
+        for v in [ino, size, 1, 0, 0, 0] {
+            a.extend_from_slice(&v.to_ne_bytes());
+        }
+        for v in [0u32, 0, 0, mode, 1, 0, 0, 0, 4096, 0] {
+            a.extend_from_slice(&v.to_ne_bytes());
+        }
+        a
+    };
+    loop {
+        let n = match (&*dev).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(nix::libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT) => continue,
+            Err(_) => return,
+        };
+        if n < 40 {
+            return;
+        }
+        let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+        let (opcode, unique, nodeid) = (u32_at(4), u64_at(8), u64_at(16));
+        let body = &buf[40..n];
+        let reply = |error: i32, payload: &[u8]| fuse_reply(dev, unique, error, payload);
+        let file_attr = attr(2, 0o100644, 64);
+        let root_attr = attr(1, 0o040755, 0);
+        match opcode {
+            // INIT: protocol 7.31, no flags, max_write 4096.
+            26 => {
+                let mut p = Vec::new();
+                for v in [7u32, 31, 0, 0] {
+                    p.extend_from_slice(&v.to_ne_bytes());
+                }
+                p.extend_from_slice(&16u16.to_ne_bytes());
+                p.extend_from_slice(&12u16.to_ne_bytes());
+                p.extend_from_slice(&4096u32.to_ne_bytes());
+                p.extend_from_slice(&1u32.to_ne_bytes());
+                p.resize(64, 0);
+                reply(0, &p);
+            }
+            // LOOKUP: node.json only.
+            1 => {
+                let name = body.split(|&b| b == 0).next().unwrap_or(b"");
+                if nodeid == 1 && name == b"node.json" {
+                    let mut p = Vec::new();
+                    for v in [2u64, 0, 0, 0] {
+                        p.extend_from_slice(&v.to_ne_bytes());
+                    }
+                    p.extend_from_slice(&[0u8; 8]);
+                    p.extend_from_slice(&file_attr);
+                    reply(0, &p);
+                } else {
+                    reply(-nix::libc::ENOENT, &[]);
+                }
+            }
+            // GETATTR.
+            3 => {
+                let mut p = vec![0u8; 16];
+                p.extend_from_slice(if nodeid == 1 { &root_attr } else { &file_attr });
+                reply(0, &p);
+            }
+            // OPEN, OPENDIR: file handle 0, no flags.
+            14 | 27 => reply(0, &[0u8; 16]),
+            // READ: held until released.
+            15 => held.lock().unwrap().push(unique),
+            // INTERRUPT, FORGET: no answer.
+            36 | 2 => {}
+            // FLUSH, RELEASE, RELEASEDIR, ACCESS.
+            25 | 18 | 29 | 34 => reply(0, &[]),
+            // GETXATTR: none.
+            22 => reply(-nix::libc::ENODATA, &[]),
+            _ => reply(-nix::libc::ENOSYS, &[]),
+        }
+    }
+}
+
+/// The state letter of process `pid` (`/proc/<pid>/stat`, proc(5)): `D` for
+/// uninterruptible sleep.
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .unwrap_or('?')
+}
+
+/// The node file on a FUSE file system whose reads are not answered: the DEL reading
+/// it waits in the kernel as on a hung 9p or NFS mount. Started 58 s before its bound,
+/// the DEL's watchdog writes code 11 on stdout at 60 s, naming the `read` it waits in,
+/// and exits; but the read's wait has become uninterruptible (the request is with the
+/// server: fs/fuse/dev.c `request_wait_answer()` then waits in state `D`), so the
+/// process lives on, in state `D`, with its answer out, until the read is answered;
+/// then it is gone, exit status 1. This is the limit the docs state: a runtime that
+/// reads stdout to its end (libcni) waits for the process, not the answer.
+#[test]
+fn a_node_file_whose_read_never_returns_gets_its_answer_at_the_bound() {
+    let lab = Lab::default();
+    let (dir, wrapper) = common::policy::private_node_file(None);
+    let fuse = StuckFuse::mount(&dir.path().join("etc"));
+    let conf = lab.conf("1.0.0", 0);
+    let pod = lab.host.new_pod();
+    let mut child = lab.host.spawn_plugin(
+        &wrapper,
+        "DEL",
+        "fuse-1",
+        pod.netns(),
+        "net1",
+        &conf.to_string(),
+        &[("IB_SRIOV_TEST_STARTED_AGO_MS", "58000")],
+    );
+    let pid = child.id();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut b) {
+            if n == 0 || tx.send(b[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let plugin = Plugin(Some(child));
+    let what = "DEL with its node file's read never answered";
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    while !out.ends_with(b"\n") {
+        let left = Duration::from_secs(10).saturating_sub(t0.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(b) => out.extend_from_slice(&b),
+            Err(_) => {
+                fuse.release();
+                drop(plugin);
+                panic!("{what}: no answer on stdout within 10 s");
+            }
+        }
+    }
+    let took = t0.elapsed();
+    let e: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(e["code"], 11, "{what}: {e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(msg.contains("within 60 s of its start"), "{what}: {msg}");
+    assert!(msg.contains("(read)"), "{what}: {msg}");
+    assert!(
+        took < Duration::from_secs(8),
+        "{what}: answered after {took:?}"
+    );
+    // The answer is out, the process is not gone: its main thread is in D state.
+    std::thread::sleep(Duration::from_millis(300));
+    let state = proc_state(pid);
+    fuse.release();
+    let end = plugin.end_within(Duration::from_secs(10), what);
+    assert_eq!(state, 'D', "{what}: the process after its answer");
+    assert_eq!(end.status.code(), Some(1), "{what}: {}", end.stderr);
+    assert!(end.stdout.is_empty(), "{what}: one answer: {}", end.stdout);
+    drop(fuse);
+}
