@@ -26,16 +26,21 @@
 //! more second; a main thread that reaches its output after the watchdog answered
 //! waits for the exit ([`claim_output`] never returns then).
 //!
-//! What cannot be bounded: a thread in uninterruptible sleep (state `D`, e.g. a read
-//! of a hard-mounted NFS file whose server is gone) keeps the process from exiting until
-//! that system call returns: `_exit` (`exit_group(2)`) kills every thread, but a task in
-//! `D` state ends only when it leaves the kernel. The watchdog's answer is on stdout
-//! even then, but stdout stays open (the file table is released with the last thread),
-//! so a runtime that reads to end of file (libcni's `RawExec`, Go's `exec.Cmd.Run`)
-//! does not see it until the process is gone. A killable sleep (9p's and FUSE's request
-//! waits, `TASK_KILLABLE`) is ended by the exit. Cost on every call: one thread created
-//! and two `rt_sigprocmask(2)` calls (the thread starts with every signal blocked, so a
-//! held SIGTERM is never delivered to it).
+//! What cannot be bounded: a thread in uninterruptible sleep (state `D`) keeps the
+//! process from exiting until that system call returns: `_exit` (`exit_group(2)`) kills
+//! every thread, but a task in `D` state ends only when it leaves the kernel. That is
+//! the kernel's own driver unbind/bind, and a read whose request is already with the
+//! server of a network or FUSE file system: on a fatal signal the kernel still waits
+//! for that server's answer (fs/fuse/dev.c `request_wait_answer()`; net/9p/client.c
+//! `p9_client_rpc()` first sends a flush and waits for it), so a hung 9p, NFS (hard
+//! mount) or FUSE server holds the process. The watchdog's answer is on stdout even
+//! then, but stdout stays open (the file table goes with the last thread), so a
+//! runtime that reads to end of file (libcni's `RawExec`, Go's `exec.Cmd.Run`) does not
+//! see it until the process is gone. Every other wait (a pipe or FIFO, a lock, a
+//! socket, a sleep) ends with the exit.
+//!
+//! Cost on every call: one `clone3(2)` of a thread on a static stack (no `mmap(2)`, no
+//! allocation until it fires), with glibc's one-time set-up of its first thread.
 
 use crate::cni::{CniError, Command};
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
@@ -79,32 +84,123 @@ pub fn bound_for(command: &str) -> Option<(Duration, &'static str)> {
     }
 }
 
+/// What the watchdog thread needs: the verb, its bound, the bound's constant name and
+/// the deadline as a CLOCK_MONOTONIC time (set once, before the thread is created).
+struct Watch {
+    command: String,
+    bound: Duration,
+    name: &'static str,
+    deadline: nix::libc::timespec,
+}
+
+// SAFETY: a timespec is plain data.
+unsafe impl Sync for Watch {}
+
+static WATCH: OnceLock<Watch> = OnceLock::new();
+
+/// The watchdog thread's stack: static (zero pages until touched), so starting the
+/// thread maps nothing. Sleeping takes a few hundred bytes of it; firing (the message,
+/// the log) a few tens of KiB.
+#[repr(C, align(64))]
+struct Stack([u8; STACK_SIZE]);
+const STACK_SIZE: usize = 512 << 10;
+static mut STACK: Stack = Stack([0; STACK_SIZE]);
+
+extern "C" {
+    /// glibc 2.32: the signal mask the new thread starts with (pthread_attr_setsigmask_np(3)).
+    fn pthread_attr_setsigmask_np(
+        attr: *mut nix::libc::pthread_attr_t,
+        sigmask: *const nix::libc::sigset_t,
+    ) -> nix::libc::c_int;
+}
+
 /// Starts the watchdog of the verb `command` (`CNI_COMMAND`): a thread, every signal
-/// blocked in it, that sleeps until the verb's bound ([`bound_for`]) after the process
-/// start and then answers and exits (see the module). Nothing for VERSION, an unknown
+/// blocked in it (a held SIGTERM is never delivered to it), that sleeps in
+/// `clock_nanosleep(2)` until the verb's bound ([`bound_for`]) after the process start
+/// and then answers and exits (see the module). Nothing for VERSION, an unknown
 /// command, or a library run without a process start. Call once, before reading stdin.
-/// A thread that cannot be created is logged to stderr, and the call goes on without it.
+/// A thread that cannot be created is logged to stderr, and the call goes on without
+/// it. The thread is created with `pthread_create(3)` on a static stack and touches no
+/// allocator until it fires: starting it costs a `clone3(2)` and no `mmap(2)`.
 pub fn arm(command: &str) {
+    use nix::libc as c;
     let (Some((bound, name)), Some(start)) = (bound_for(command), crate::process::process_start())
     else {
         return;
     };
-    let deadline = start + bound;
-    let command = command.to_string();
-    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-    let mut old = SigSet::empty();
-    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old));
-    let spawned = std::thread::Builder::new()
-        .stack_size(256 << 10)
-        .spawn(move || watch(&command, bound, name, deadline));
-    if blocked.is_ok() {
-        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    let left = (start + bound).saturating_duration_since(Instant::now());
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+        .unwrap_or_default();
+    let at = now + left;
+    let deadline = c::timespec {
+        tv_sec: at.as_secs() as c::time_t,
+        tv_nsec: at.subsec_nanos() as _,
+    };
+    if WATCH
+        .set(Watch {
+            command: command.to_string(),
+            bound,
+            name,
+            deadline,
+        })
+        .is_err()
+    {
+        return;
     }
-    if let Err(e) = spawned {
+    // SAFETY: the attribute object is initialised before use and destroyed after; the
+    // stack is a static used by this one thread only (WATCH above is set once, so this
+    // runs once per process); the mask is a full set.
+    let rc = unsafe {
+        let mut attr: c::pthread_attr_t = std::mem::zeroed();
+        let mut rc = c::pthread_attr_init(&mut attr);
+        if rc == 0 {
+            let mut all: c::sigset_t = std::mem::zeroed();
+            c::sigfillset(&mut all);
+            let stack = std::ptr::addr_of_mut!(STACK).cast::<c::c_void>();
+            rc = c::pthread_attr_setstack(&mut attr, stack, STACK_SIZE);
+            if rc == 0 {
+                rc = c::pthread_attr_setdetachstate(&mut attr, c::PTHREAD_CREATE_DETACHED);
+            }
+            if rc == 0 {
+                rc = pthread_attr_setsigmask_np(&mut attr, &all);
+            }
+            if rc == 0 {
+                let mut t: c::pthread_t = 0;
+                rc = c::pthread_create(&mut t, &attr, watch_thread, std::ptr::null_mut());
+            }
+            c::pthread_attr_destroy(&mut attr);
+        }
+        rc
+    };
+    if rc != 0 {
         crate::logging::emergency(&format!(
-            "cannot start the watchdog ({e}): this call has no hard time bound ({name})"
+            "cannot start the watchdog ({}): this call has no hard time bound ({name})",
+            nix::errno::Errno::from_raw(rc)
         ));
     }
+}
+
+/// The watchdog thread: sleeps until the deadline, then answers and exits.
+extern "C" fn watch_thread(_: *mut nix::libc::c_void) -> *mut nix::libc::c_void {
+    let Some(w) = WATCH.get() else {
+        return std::ptr::null_mut();
+    };
+    loop {
+        // SAFETY: sleeps on a timespec that lives in a static.
+        let rc = unsafe {
+            nix::libc::clock_nanosleep(
+                nix::libc::CLOCK_MONOTONIC,
+                nix::libc::TIMER_ABSTIME,
+                &w.deadline,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != nix::libc::EINTR {
+            break;
+        }
+    }
+    fire(&w.command, w.bound, w.name)
 }
 
 /// Sets the `cniVersion` of the watchdog's error object (the call's, once stdin is
@@ -145,15 +241,8 @@ fn park_forever() -> ! {
     }
 }
 
-/// The watchdog thread: sleeps until `deadline`, then answers and exits.
-fn watch(command: &str, bound: Duration, name: &str, deadline: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        std::thread::sleep(deadline - now);
-    }
+/// At the bound: answers (once) and exits; see the module.
+fn fire(command: &str, bound: Duration, name: &str) -> ! {
     if STATE
         .compare_exchange(IDLE, FIRED, Ordering::AcqRel, Ordering::Acquire)
         .is_err()

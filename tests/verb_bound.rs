@@ -209,6 +209,12 @@ fn a_del_blocked_in_a_step_answers_at_60_s_and_the_next_del_finishes() {
         assert!(msg.contains("(read)"), "{what}: {msg}");
         assert!(
             end.stderr
+                .contains("DEL did not end within 60 s of its start"),
+            "{what}: the watchdog's log record: {}",
+            end.stderr
+        );
+        assert!(
+            end.stderr
                 .contains(&format!("fail point {point}: blocking")),
             "{what}: the DEL reached {point}: {}",
             end.stderr
