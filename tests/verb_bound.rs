@@ -639,20 +639,24 @@ fn a_node_file_whose_read_never_returns_gets_its_answer_at_the_bound() {
         }
     }
     let took = t0.elapsed();
-    let e: Value = serde_json::from_slice(&out).unwrap();
+    // The answer is out, the process is not gone: its main thread is in D state. The
+    // read is released before any assertion, so that a failing one cannot leave the
+    // plugin (and the Drop that waits for it) blocked.
+    std::thread::sleep(Duration::from_millis(300));
+    let state = proc_state(pid);
+    fuse.release();
+    let end = plugin.end_within(Duration::from_secs(10), what);
+    let e: Value = serde_json::from_slice(&out)
+        .unwrap_or_else(|err| panic!("{what}: {:?}: {err}", String::from_utf8_lossy(&out)));
     assert_eq!(e["code"], 11, "{what}: {e}");
     let msg = e["msg"].as_str().unwrap();
+    eprintln!("{what}: answered after {took:?}, then in state {state}: {msg}");
     assert!(msg.contains("within 60 s of its start"), "{what}: {msg}");
     assert!(msg.contains("(read)"), "{what}: {msg}");
     assert!(
         took < Duration::from_secs(8),
         "{what}: answered after {took:?}"
     );
-    // The answer is out, the process is not gone: its main thread is in D state.
-    std::thread::sleep(Duration::from_millis(300));
-    let state = proc_state(pid);
-    fuse.release();
-    let end = plugin.end_within(Duration::from_secs(10), what);
     assert_eq!(state, 'D', "{what}: the process after its answer");
     assert_eq!(end.status.code(), Some(1), "{what}: {}", end.stderr);
     assert!(end.stdout.is_empty(), "{what}: one answer: {}", end.stdout);
