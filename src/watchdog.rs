@@ -93,9 +93,6 @@ struct Watch {
     deadline: nix::libc::timespec,
 }
 
-// SAFETY: a timespec is plain data.
-unsafe impl Sync for Watch {}
-
 static WATCH: OnceLock<Watch> = OnceLock::new();
 
 /// The watchdog thread's stack: static (zero pages until touched), so starting the
