@@ -35,7 +35,10 @@ use std::path::Path;
 /// Largest accepted network configuration on stdin: 4 MiB.
 pub const MAX_STDIN: u64 = 4 << 20;
 
+/// Prints `v` and a newline on stdout, once stdout is this thread's
+/// ([`crate::watchdog::claim_output`]: never returns when the watchdog has answered).
 fn emit(v: &serde_json::Value) {
+    crate::watchdog::claim_output();
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, v);
     let _ = out.write_all(b"\n");
@@ -372,6 +375,8 @@ pub fn main() -> i32 {
     if let Some(rc) = manual_run() {
         return rc;
     }
+    // The verb's hard time bound, whatever one system call does (crate::watchdog).
+    crate::watchdog::arm(&command_name());
     serve(run, true)
 }
 
@@ -380,6 +385,8 @@ pub fn main() -> i32 {
 /// ([`delegation_loop`]). Returns the exit code.
 fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: bool) -> i32 {
     let (rc, code) = serve_call(verb, guard);
+    // From here a watchdog reaching the bound exits with this status, writing nothing.
+    crate::watchdog::output_done(rc);
     // The plugin's own call metrics, after the result is out: never in the call's way
     // (crate::callmetrics). The IPAM plugin's calls are not counted (they are part of
     // the ib-sriov call that delegated to it), nor a delegate refused as a loop.
@@ -422,6 +429,7 @@ fn serve_call(
     let version = sniff_version(&stdin)
         .filter(|v| crate::cni::parse_version(v).is_ok())
         .unwrap_or_else(|| Version::LATEST.as_str().to_string());
+    crate::watchdog::set_version(&version);
     if let Err(e) = read {
         emit(&CniError::new(code::IO_FAILURE, format!("reading stdin: {e}")).to_json(&version));
         return (1, Some(code::IO_FAILURE));

@@ -3,7 +3,9 @@
 //!
 //! With the feature, `IB_SRIOV_FAILPOINTS="add.move=error,del.guid=kill"` makes the named
 //! point return an error (`error`), kill the process with SIGKILL (`kill`) or pause it
-//! (`sleep<ms>`, e.g. `sleep500`, for signal tests), so tests can check the rollback of
+//! (`sleep<ms>`, e.g. `sleep500`, for signal tests) or block it for ever in a `read(2)`
+//! that never returns (`block`: a pipe whose write end the process itself holds, for
+//! the verb's hard time bound, [`crate::watchdog`]), so tests can check the rollback of
 //! every step and the recovery after a crash at every step.
 
 use crate::cni::CniError;
@@ -34,6 +36,16 @@ pub fn hit(name: &str) -> Result<(), CniError> {
                             nix::sys::signal::Signal::SIGKILL,
                         );
                         std::process::abort();
+                    }
+                    "block" => {
+                        log::warn!("fail point {name}: blocking in read(2) for ever");
+                        if let Ok((r, _w)) = nix::unistd::pipe() {
+                            let mut b = [0u8; 1];
+                            loop {
+                                // Never returns data nor end of file: `_w` stays open.
+                                let _ = nix::unistd::read(&r, &mut b);
+                            }
+                        }
                     }
                     other => {
                         if let Some(ms) = other.strip_prefix("sleep") {

@@ -73,10 +73,32 @@ pub fn open_regular(path: &Path, flags: OFlag, mode: u32) -> io::Result<File> {
 
 /// [`open_regular`], with the file's size in bytes as its `fstat(2)` gave it.
 fn open_regular_sized(path: &Path, flags: OFlag, mode: u32) -> io::Result<(File, u64)> {
-    let all = flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    open_regular_with(path, flags | OFlag::O_NOFOLLOW, mode)
+}
+
+/// Reads the whole regular file at `path` as [`read_regular_bounded`] does, but
+/// following symbolic links (a file an admin may project from a ConfigMap, whose name
+/// is a link into `..data/`): opened `O_NONBLOCK` (a FIFO at the end of the links
+/// cannot hang the read: opening one for reading returns at once), then refused unless
+/// `fstat(2)` says regular file.
+///
+/// Errors: [`NotRegular`] inside an [`io::Error`] ([`is_not_regular`]) for a FIFO,
+/// socket, directory or device; `InvalidData` past `max` bytes; any other open, fstat or
+/// read error as is (`NotFound` for a missing file or a dangling link).
+pub fn read_regular_following(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let (f, size) = open_regular_with(path, OFlag::O_RDONLY, 0)?;
+    read_bounded_sized(f, max, Some(size))
+}
+
+/// Opens `path` with `flags` plus `O_NONBLOCK | O_NOCTTY | O_CLOEXEC` and accepts only a
+/// regular file (see [`open_regular`]); `O_NOFOLLOW` only when `flags` has it.
+fn open_regular_with(path: &Path, flags: OFlag, mode: u32) -> io::Result<(File, u64)> {
+    let all = flags | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
     let fd = match open(path, all, Mode::from_bits_truncate(mode)) {
         Ok(fd) => fd,
-        Err(nix::errno::Errno::ELOOP) => return Err(not_regular("symbolic link")),
+        Err(nix::errno::Errno::ELOOP) if flags.contains(OFlag::O_NOFOLLOW) => {
+            return Err(not_regular("symbolic link"))
+        }
         Err(nix::errno::Errno::ENXIO) => return Err(not_regular("FIFO or socket")),
         Err(nix::errno::Errno::EISDIR) => return Err(not_regular("directory")),
         Err(e) => return Err(e.into()),
@@ -688,6 +710,30 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(2));
         let e = open_regular(d.path(), OFlag::O_RDONLY, 0).unwrap_err();
         assert!(e.to_string().contains("directory"), "{e}");
+    }
+
+    /// The node file's read follows links (a ConfigMap projection) but, like the
+    /// others, never blocks on a FIFO at their end.
+    #[test]
+    fn read_regular_following_follows_links_and_refuses_a_fifo_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        fs::write(&f, b"{}").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert_eq!(read_regular_following(&link, 10).unwrap(), b"{}");
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let to_fifo = d.path().join("to-fifo");
+        std::os::unix::fs::symlink(&fifo, &to_fifo).unwrap();
+        let t0 = Instant::now();
+        for p in [&fifo, &to_fifo] {
+            let e = read_regular_following(p, 10).unwrap_err();
+            assert!(is_not_regular(&e) && e.to_string().contains("FIFO"), "{e}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        let e = read_regular_following(&d.path().join("none"), 10).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod sysfs;
 pub mod top;
 pub mod types;
 pub mod vfguid;
+pub mod watchdog;
 
 /// The version this build calls itself (`ib-sriov --version`, the doctor report, the Go
 /// cache files' writer), fixed by `build.rs`: a release says `X.Y.Z` (scripts/release.sh

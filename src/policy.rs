@@ -573,9 +573,11 @@ fn under(host_root: &Path, p: &Path) -> PathBuf {
 }
 
 /// The node file (following links: an admin may project it from a ConfigMap), at most
-/// [`MAX_NODE_FILE`] bytes.
+/// [`MAX_NODE_FILE`] bytes, read only when it is a regular file: opened `O_NONBLOCK`, so
+/// a FIFO in its place is refused at once instead of blocking every call until a writer
+/// comes ([`crate::fsutil::read_regular_following`]).
 fn read_node_file(p: &Path) -> io::Result<Vec<u8>> {
-    crate::fsutil::read_bounded(std::fs::File::open(p)?, MAX_NODE_FILE)
+    crate::fsutil::read_regular_following(p, MAX_NODE_FILE)
 }
 
 /// Resolves the absolute path `p` as the kernel's path walk would on the node whose root

@@ -171,11 +171,16 @@ fn dec(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Reads the index (its Go and other entries). `None` when missing or malformed.
+/// Largest index read: 64 MiB (a line per cache file, under 200 bytes each).
+const MAX_INDEX: u64 = 64 << 20;
+
+/// Reads the index (its Go and other entries). `None` when missing, not a regular file,
+/// larger than [`MAX_INDEX`] or malformed.
 fn load(path: &Path) -> Option<Index> {
-    // Without the fstat that `fs::read_to_string` makes for its size hint (the index of
-    // a directory without Go files is under 100 bytes).
-    let text = crate::fsutil::read_text(path).ok()?;
+    // A regular file only, opened without blocking (a FIFO in its place cannot hang
+    // the call), sized by its fstat.
+    let text = crate::fsutil::read_regular_bounded(path, MAX_INDEX).ok()?;
+    let text = String::from_utf8(text).ok()?;
     let mut lines = text.lines();
     if lines.next()? != HEADER {
         return None;
@@ -250,9 +255,13 @@ fn ours_path(index: &Path) -> PathBuf {
 /// lookup lists the directory and writes the log anew, one line per file.
 const MAX_OURS_LOG: u64 = 256 * 1024;
 
-/// The files of the log `path` (missing or unreadable: none).
+/// The files of the log `path` (missing, unreadable, not a regular file or larger than
+/// twice [`MAX_OURS_LOG`]: none).
 fn load_ours(path: &Path) -> Vec<Entry> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = crate::fsutil::read_regular_bounded(path, 2 * MAX_OURS_LOG)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default();
     let mut live: HashMap<&str, u64> = HashMap::new();
     for l in text.lines() {
         if let Some(rest) = l.strip_prefix("+ ") {

@@ -84,9 +84,10 @@ fn write_new(path: &Path, content: &str) -> std::io::Result<bool> {
     };
     match r {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            Ok(std::fs::read(path).is_ok_and(|b| b == content.as_bytes()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(
+            crate::fsutil::read_regular_bounded(path, crate::gocache::MAX_GO_CACHE_BYTES)
+                .is_ok_and(|b| b == content.as_bytes()),
+        ),
         Err(e) => Err(e),
     }
 }
