@@ -167,6 +167,29 @@ impl GoAttachment {
     pub fn ours_this_boot(&self) -> bool {
         matches!(&self.ours, Some(Some(b)) if crate::boot::id().is_some_and(|now| b.eq_ignore_ascii_case(now)))
     }
+
+    /// Written in a boot before the running one, so the pod netns and the netdev its ADD
+    /// moved died with that boot. Our marker's `bootId` decides when it names one
+    /// ([`crate::boot::is_other`]); otherwise (the Go plugin's files, which record no
+    /// boot) the file's modification time, set by the ADD that wrote it (Go's
+    /// `utils.SaveNetConf`, an `os.WriteFile` in `saveScratchNetConf`,
+    /// k8snetworkplumbingwg/ib-sriov-cni 543060da `pkg/utils/utils.go`; nothing
+    /// rewrites it), is compared with the boot time
+    /// (`/proc/stat` `btime`, [`crate::boot::boot_time`]), as the built-in IPAM judges
+    /// its records after a reboot. False whenever either time is unreadable (nothing is
+    /// claimed). A wall clock stepped forward after the ADD moves `btime` past the
+    /// file's time: such a file of this boot reads as older.
+    pub fn of_earlier_boot(&self) -> bool {
+        if let Some(Some(b)) = &self.ours {
+            return crate::boot::is_other(Some(b));
+        }
+        let Some(booted) = crate::boot::boot_time() else {
+            return false;
+        };
+        std::fs::symlink_metadata(&self.path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t < booted)
+    }
 }
 
 /// The facts of one attachment that the Go plugin's `cmdAdd` computes before
