@@ -534,6 +534,41 @@ mod tests {
         assert_eq!(seen, 5, "fixtures a-e");
     }
 
+    /// A file older than the boot is of an earlier boot, a fresh one is not; our marker's
+    /// boot ID decides over the file's time; a file that cannot be read claims nothing.
+    #[test]
+    fn earlier_boot_by_marker_else_by_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("cid-net1");
+        std::fs::write(&f, "{}").unwrap();
+        let go = |ours: Option<Option<String>>| GoAttachment {
+            ours,
+            ..parse(br#"{"deviceID":"0000:af:00.2"}"#, f.clone()).unwrap()
+        };
+        assert!(!go(None).of_earlier_boot(), "written now");
+        let booted = crate::boot::boot_time().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(booted - std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(go(None).of_earlier_boot(), "written before the boot");
+        assert!(go(Some(None)).of_earlier_boot(), "a marker without a boot");
+        let now = crate::boot::id().unwrap().to_string();
+        assert!(
+            !go(Some(Some(now))).of_earlier_boot(),
+            "our marker: this boot"
+        );
+        let other = "00000000-0000-4000-8000-000000000000".to_string();
+        assert!(
+            go(Some(Some(other))).of_earlier_boot(),
+            "our marker: another"
+        );
+        std::fs::remove_file(&f).unwrap();
+        assert!(!go(None).of_earlier_boot(), "no file: nothing claimed");
+    }
+
     #[test]
     fn names_as_save_net_conf() {
         assert_eq!(
