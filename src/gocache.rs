@@ -167,6 +167,29 @@ impl GoAttachment {
     pub fn ours_this_boot(&self) -> bool {
         matches!(&self.ours, Some(Some(b)) if crate::boot::id().is_some_and(|now| b.eq_ignore_ascii_case(now)))
     }
+
+    /// Written in a boot before the running one, so the pod netns and the netdev its ADD
+    /// moved died with that boot. Our marker's `bootId` decides when it names one
+    /// ([`crate::boot::is_other`]); otherwise (the Go plugin's files, which record no
+    /// boot) the file's modification time, set by the ADD that wrote it (Go's
+    /// `utils.SaveNetConf`, an `os.WriteFile` in `saveScratchNetConf`,
+    /// k8snetworkplumbingwg/ib-sriov-cni 543060da `pkg/utils/utils.go`; nothing
+    /// rewrites it), is compared with the boot time
+    /// (`/proc/stat` `btime`, [`crate::boot::boot_time`]), as the built-in IPAM judges
+    /// its records after a reboot. False whenever either time is unreadable (nothing is
+    /// claimed). A wall clock stepped forward after the ADD moves `btime` past the
+    /// file's time: such a file of this boot reads as older.
+    pub fn of_earlier_boot(&self) -> bool {
+        if let Some(Some(b)) = &self.ours {
+            return crate::boot::is_other(Some(b));
+        }
+        let Some(booted) = crate::boot::boot_time() else {
+            return false;
+        };
+        std::fs::symlink_metadata(&self.path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t < booted)
+    }
 }
 
 /// The facts of one attachment that the Go plugin's `cmdAdd` computes before
@@ -509,6 +532,41 @@ mod tests {
             seen += 1;
         }
         assert_eq!(seen, 5, "fixtures a-e");
+    }
+
+    /// A file older than the boot is of an earlier boot, a fresh one is not; our marker's
+    /// boot ID decides over the file's time; a file that cannot be read claims nothing.
+    #[test]
+    fn earlier_boot_by_marker_else_by_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("cid-net1");
+        std::fs::write(&f, "{}").unwrap();
+        let go = |ours: Option<Option<String>>| GoAttachment {
+            ours,
+            ..parse(br#"{"deviceID":"0000:af:00.2"}"#, f.clone()).unwrap()
+        };
+        assert!(!go(None).of_earlier_boot(), "written now");
+        let booted = crate::boot::boot_time().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(booted - std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(go(None).of_earlier_boot(), "written before the boot");
+        assert!(go(Some(None)).of_earlier_boot(), "a marker without a boot");
+        let now = crate::boot::id().unwrap().to_string();
+        assert!(
+            !go(Some(Some(now))).of_earlier_boot(),
+            "our marker: this boot"
+        );
+        let other = "00000000-0000-4000-8000-000000000000".to_string();
+        assert!(
+            go(Some(Some(other))).of_earlier_boot(),
+            "our marker: another"
+        );
+        std::fs::remove_file(&f).unwrap();
+        assert!(!go(None).of_earlier_boot(), "no file: nothing claimed");
     }
 
     #[test]

@@ -255,3 +255,87 @@ fn live_attachments_unknown_to_the_log_stay_out_of_the_index() {
     let orphans = text.lines().filter(|l| l.starts_with("o ")).count();
     assert_eq!(orphans, 3, "{text}");
 }
+
+/// The node reboots under a pod the Go plugin attached (fixture (f), VF 0): the pod's
+/// netns and the netdev the Go ADD moved into it die with the boot, the VF's netdev is
+/// created again under its predictable name, and udev then renames it (`udev-vf0`).
+/// The cache file stays on disk, older than the boot. Neither our DEL of that Go
+/// attachment nor an ADD that finishes it (its pod is gone) renames this boot's netdev
+/// back to the file's `HostIFNames`: the Go DEL renames only the netdev it finds in
+/// the pod; ours leaves the host's name (found by the explorer, seed 28115:
+/// tests/fixtures/explore/go-orphan-udev-name*.ops). Both leave it down, with the
+/// GUID as the Go DEL leaves it, and the allocation released. In the boot of the Go ADD
+/// (the file not older than the boot), a netdev back from the dead pod under its pod
+/// name still gets `HostIFNames`.
+#[test]
+fn a_go_attachment_of_an_earlier_boot_leaves_the_netdev_its_name() {
+    let name = "f-legacy-v1.2.1";
+    for case in ["del", "add finishes it", "same boot"] {
+        let lab = Lab::new(fixture_host(name));
+        let f = manifest(name);
+        let vf = lab.host.vf(0).clone();
+        let orig = vf.netdev.clone().unwrap();
+        let go_dir = lab.host.root().join("go-cache");
+        let pod = lab.host.new_pod();
+        let mut conf = del_conf(&lab, &f);
+        conf["goCacheDir"] = json!(go_dir);
+        let before = lab.host.snapshot();
+        go_add(&lab, &f, &pod, &conf);
+        std::fs::create_dir_all(&go_dir).unwrap();
+        let cache = go_dir.join(f["file"].as_str().unwrap());
+        std::fs::copy(
+            fixtures()
+                .join(f["dir"].as_str().unwrap())
+                .join(f["file"].as_str().unwrap()),
+            &cache,
+        )
+        .unwrap();
+        pod.delete().unwrap();
+        assert!(lab
+            .host
+            .wait_pair_gone(&vf, std::time::Duration::from_secs(10))
+            .unwrap());
+        let mut want = before.clone();
+        go_del_leaves(&lab, name, &mut want);
+        if case == "same boot" {
+            // The kernel returns the netdev under its pod name; DEL names it back.
+            lab.host
+                .return_destroyed_vf_netdev(0, "net1", &before)
+                .unwrap();
+            run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+            assert_eq!(lab.host.snapshot(), want, "{case}");
+            continue;
+        }
+        // The reboot: the VF's netdev of the new boot under its predictable name, then
+        // renamed by udev; the cache file written before the boot began.
+        lab.host.bind_vf(&vf, &before).unwrap();
+        lab.host
+            .host_ip(&["link", "set", &orig, "name", "udev-vf0"]);
+        lab.host.sync_netdevs().unwrap();
+        let btime: u64 = std::fs::read_to_string("/proc/stat")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ").map(|s| s.trim().parse().unwrap()))
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&cache)
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(btime - 60))
+            .unwrap();
+        if case == "add finishes it" {
+            let p2 = lab.host.new_pod();
+            let c2 = lab.conf("1.0.0", 0);
+            lab.add("new", &p2, &c2).expect_ok();
+            assert!(!cache.exists(), "the ADD finished the Go attachment");
+            lab.del("new", p2.netns(), &c2).expect_ok();
+        }
+        run(&lab, "DEL", &f, &pod, &conf).expect_ok();
+        assert!(!cache.exists());
+        assert!(lab.journals().is_empty(), "{:?}", lab.journals());
+        assert!(host_local_held(&lab, f["stdin"]["name"].as_str().unwrap()).is_empty());
+        let l = want.links.iter_mut().find(|l| l.name == orig).unwrap();
+        l.name = "udev-vf0".into();
+        assert_eq!(lab.host.snapshot(), want, "{case}: host after DEL");
+    }
+}

@@ -10,6 +10,8 @@
 //! - the IPAM allocation, released with the DEL call's own configuration (Go keeps only
 //!   `ipam.type`), unless in vfio mode;
 //! - the VF netdev, back to the host under `HostIFNames`, left down (as Go leaves it);
+//!   a cache file of an earlier boot leaves the VF's netdev of this boot its name (the
+//!   one its ADD moved died with that boot);
 //! - the RDMA device, back to the host (`rdmaIsolation`);
 //! - the node and port GUID set to `HostIFGUID` (all-ones when it read all-zero) and the
 //!   driver rebound (not in vfio mode), when ADD set a GUID;
@@ -117,7 +119,7 @@ pub(super) fn del(ctx: &Ctx, go: GoAttachment) -> Result<bool, CniError> {
         env.ifname,
         go.path.display()
     );
-    let j = journal_from(ctx, &go)?;
+    let j = journal_from(ctx, &host, &go)?;
     ctx.store.set_holder(j.vf, &j.container_id, &j.ifname)?;
     ctx.store.save(&j)?;
     // Durable: our journal now stands for the attachment; a Go cache coming back
@@ -200,7 +202,7 @@ pub(super) fn finish_dead(ctx: &Ctx, host: &Host, go: &GoAttachment) -> Result<(
         go.vf,
         go.path.display()
     );
-    let j = journal_for(ctx, go, (&cid, &ifname), None)?;
+    let j = journal_for(ctx, host, go, (&cid, &ifname), None)?;
     let errs = super::steps::undo(
         ctx,
         host,
@@ -287,10 +289,11 @@ fn pod_netdev(
 
 /// The journal that undoes what the Go plugin's ADD did, in our step order (undone in
 /// reverse: IPAM, netdev, RDMA device, GUID, link state).
-fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
+fn journal_from(ctx: &Ctx, host: &Host, go: &GoAttachment) -> Result<Journal, CniError> {
     let env = ctx.env;
     journal_for(
         ctx,
+        host,
         go,
         (&env.container_id, &env.ifname),
         env.netns.as_deref(),
@@ -299,8 +302,19 @@ fn journal_from(ctx: &Ctx, go: &GoAttachment) -> Result<Journal, CniError> {
 
 /// [`journal_from`] for the attachment `(cid, ifname)` with pod netns `netns` (`None`:
 /// gone or unknown).
+///
+/// The netdev goes back under `HostIFNames`, except when the cache file is of an
+/// earlier boot ([`GoAttachment::of_earlier_boot`]) and no live pod holds the VF's
+/// netdev: the netdev that ADD moved died with that boot, and the VF's netdev in the
+/// host now is this boot's, named by this host (at boot, by udev, by an admin); it keeps
+/// that name (and is left down, as Go leaves it). The Go plugin's own DEL never renames
+/// a netdev in the host: it renames only the one it finds in the pod netns under
+/// `CNI_IFNAME`, and returns at once when that netns is gone (`cmdDel`, `ReleaseVF`,
+/// k8snetworkplumbingwg/ib-sriov-cni 543060da `cmd/ib-sriov-cni/main.go`,
+/// `pkg/sriov/sriov.go`).
 fn journal_for(
     ctx: &Ctx,
+    host: &Host,
     go: &GoAttachment,
     (cid, ifname): (&str, &str),
     netns: Option<&str>,
@@ -371,9 +385,24 @@ fn journal_for(
                 parent: Some(go.vf.to_string()),
             },
         };
+        let mut host_name = go.host_name.clone().unwrap_or_else(|| ifname.to_string());
+        if pod_link.is_none() && go.of_earlier_boot() {
+            if let Some(l) = super::steps::find_in_host(host, go.vf, None)? {
+                if l.name != host_name {
+                    log::info!(
+                        "{} was written before this boot: the netdev that attachment moved died with its boot; {} (ifindex {}), the netdev of VF {} in this boot, keeps its name (not {host_name})",
+                        go.path.display(),
+                        l.name,
+                        l.index,
+                        go.vf
+                    );
+                }
+                host_name = l.name;
+            }
+        }
         steps.push(Step::MoveNetdev {
             netdev,
-            host_name: go.host_name.clone().unwrap_or_else(|| ifname.to_string()),
+            host_name,
             host_up: false,
             pod_ifindex: pod_link.as_ref().map(|l| l.index),
         });

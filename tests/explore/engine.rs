@@ -1785,9 +1785,14 @@ impl World {
             })
             .unwrap();
         let before = std::time::UNIX_EPOCH + Duration::from_secs(btime - 60);
-        for net in [Net::B, Net::H, Net::X, Net::Go] {
-            for f in list(&self.store_dir(net)) {
-                let p = self.store_dir(net).join(&f);
+        // The Go-format cache files (goCacheDir) are on that disk too: written before
+        // this boot, as a Go attachment's file is after a real reboot (its time is what
+        // tells the plugin that the netdev its ADD moved died with the boot).
+        let go_dir = self.host.root().join("go-cache");
+        let dirs = [Net::B, Net::H, Net::X, Net::Go].map(|net| self.store_dir(net));
+        for dir in dirs.iter().chain([&go_dir]) {
+            for f in list(dir) {
+                let p = dir.join(&f);
                 if let Ok(fh) = std::fs::File::options().write(true).open(&p) {
                     let _ = fh.set_modified(before);
                 }
@@ -2734,7 +2739,11 @@ impl World {
 
     /// What the DEL of the Go attachment of fixture `c` leaves on VF `d` (ours, run by
     /// the runtime, or finished by an ADD that found its pod gone: `upgrade::finish_dead`):
-    /// the netdev down, and the node GUID set to HostIFGUID.
+    /// the netdev down, and the node GUID set to HostIFGUID. Its name stays the one the
+    /// model has: in the boot of the Go ADD the netdev comes back under `HostIFNames`,
+    /// the name `goadd` took it under (no `udev` renames a held VF); after a `reboot`
+    /// (the cache file older than the boot) the VF's netdev of the new boot keeps the
+    /// name the host gave it, a `udev` rename's included (docs/upgrading.md).
     fn go_del_effects(&mut self, d: usize, c: char) {
         self.model.devs[d].up = false;
         if c == 'a' || c == 'f' {
