@@ -35,9 +35,10 @@
 #   LAB_CHURN_SECS=N (default 40), LAB_CHURN_SHRINK=1
 #                                      the node-file case (tests/real_kernel/churn.rs):
 #                                      its cycles' time under the host's churn; with
-#                                      SHRINK, then DELs while the host shrinks the files
-#                                      (reproduces issue 50's hung DEL; leaves an
-#                                      unkillable process spinning in the guest)
+#                                      SHRINK, instead, ADD and DEL while the host
+#                                      replaces the files with ones of another size
+#                                      (issue 50's hung DEL; may leave an unkillable
+#                                      process spinning in the guest)
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
@@ -519,9 +520,9 @@ echo "kernel-lab: builds done in $((t_build - t_install)) s"
 # The flag's content is the mode: `rename` (write a temporary file, rename it over),
 # `inplace` (that, alternating with overwriting the file in place), both with two
 # variants of each file of the same size that differ in their last byte, so any read
-# is valid; `shrink` (variants of different sizes, rename alternating with
-# truncate-and-rewrite in place; it hangs the guest's reader in the kernel, see
-# docs/testing.md), only when the guest finds $out/churn.shrink (LAB_CHURN_SHRINK=1).
+# is valid; `shrink` (renamed over, variants of different sizes, as an editor or a
+# configuration tool replaces a file: what hung issue 50's DEL in the guest's kernel,
+# see docs/testing.md), only when the guest finds $out/churn.shrink (LAB_CHURN_SHRINK=1).
 # Without the flag the loop only polls it every 0.2 s. Its counts go to $out/churn.count.
 churn_dir="$LAB_DIR/churn/${out##*/}"
 mkdir -p "$churn_dir" "$out/churn"
@@ -564,11 +565,8 @@ while True:
         for name, v in (shrink if mode == "shrink" else same):
             p = os.path.join(d, name)
             data = v[i % 2]
-            if mode in ("inplace", "shrink") and i % 2:
-                # In place: overwrite (same size), or truncate and rewrite (shrink).
+            if mode == "inplace" and i % 2:
                 with open(p, "r+b") as f:
-                    if mode == "shrink":
-                        f.truncate(0)
                     f.write(data)
                 counts["inplace"] += 1
             else:
