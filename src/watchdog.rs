@@ -485,7 +485,10 @@ mod tests {
     /// system call".
     #[test]
     fn a_thread_running_inside_a_system_call_is_not_called_out_of_one() {
-        let blocked = look("0 0x6 0x55d0 0x2000 0x0 0x0 0x0 0x7ffc 0x7f12", "p9_client_rpc");
+        let blocked = look(
+            "0 0x6 0x55d0 0x2000 0x0 0x0 0x0 0x7ffc 0x7f12",
+            "p9_client_rpc",
+        );
         assert_eq!(
             describe_wait(&[look("running", "0"), blocked.clone()], Some(true)),
             "in system call 0 (read), sleeping in the kernel at p9_client_rpc (on a CPU in 1 of 2 looks before)"

@@ -112,6 +112,21 @@ fn proc_state(pid: u32) -> String {
     s
 }
 
+/// [`proc_state`], looked at again (up to 50 times, 20 ms apart) until a kernel stack is
+/// in it: a thread looping in the kernel is between two sleeps now and then, with an
+/// empty stack and wchan.
+fn proc_state_with_stack(pid: u32) -> String {
+    let mut s = String::new();
+    for _ in 0..50 {
+        s = proc_state(pid);
+        if s.contains("[<0>]") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s
+}
+
 /// One call's outcome: ok, its time, its stdout and stderr.
 struct Call {
     ok: bool,
@@ -206,12 +221,12 @@ fn try_call(
             slow_noted = true;
             eprintln!(
                 "lab-figure: churn: {verb} of {cid} still running after 10 s:\n{}",
-                proc_state(child.id())
+                proc_state_with_stack(child.id())
             );
         }
         if start.elapsed() > limit {
             let pid = child.id();
-            let state = proc_state(pid);
+            let state = proc_state_with_stack(pid);
             let _ = child.kill();
             let kill_at = Instant::now();
             let mut reaped = false;
@@ -303,7 +318,10 @@ fn node_file_replaced_over_9p_every_call_keeps_its_bound() {
         let first = std::fs::read(&f).unwrap_or_default();
         wait_changed(&f, &first);
     }
-    eprintln!("lab-figure: churn: host loop running, counts {}", churn_count());
+    eprintln!(
+        "lab-figure: churn: host loop running, counts {}",
+        churn_count()
+    );
     for d in &dirs {
         eprintln!("lab-figure: churn: {} is on {}", d.display(), mount_of(d));
     }
