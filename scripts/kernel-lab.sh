@@ -32,6 +32,13 @@
 #                                      phase 3; it runs when LAB_FILTER selects one of
 #                                      its `ib::big_pf::` cases; LAB_BIG_IB is not
 #                                      filtered by LAB_FILTER
+#   LAB_CHURN_SECS=N (default 40), LAB_CHURN_SHRINK=1
+#                                      the node-file case (tests/real_kernel/churn.rs):
+#                                      its cycles' time under the host's churn; with
+#                                      SHRINK, instead, ADD and DEL while the host
+#                                      replaces the files with ones of another size
+#                                      (issue 50's hung DEL; may leave an unkillable
+#                                      process spinning in the guest)
 #   scripts/kernel-lab.sh --guest ...  the part that runs inside the guest (internal)
 #
 # Needs root (apt-get, /lib/modules, and the guest runs the tests as root). Installs:
@@ -65,6 +72,8 @@ if [[ "${1:-}" == --guest ]]; then
     big_vfs="${8:-0}"
     big_ib="${9:-}"
     storm="${10:-}"
+    churn_dir="${11:-}"
+    churn_secs="${12:-40}"
     results="$out/results.tsv"
     : >"$results"
     exec >"$out/guest.log" 2>&1
@@ -145,6 +154,11 @@ if [[ "${1:-}" == --guest ]]; then
     export LAB_VFS LAB_VF_NETDEVS
     export LAB_LIBCNI_DRIVER="$out/libcni-driver" LAB_RDMA_STANDIN="$out/rdma-standin" LAB_DRA_STANDIN="$out/dra-standin"
     export LAB_PLUGIN_BIN="${testbin%/*}/ib-sriov" RUST_BACKTRACE=1
+    # The node-file case (tests/real_kernel/churn.rs): two directories the host's churn
+    # loop (churn_loop below) rewrites while the flag file exists, one seen through the
+    # guest's read-only 9p root (as /etc/ib-sriov is), one through the read-write 9p
+    # mount of the run directory.
+    [[ -z "$churn_dir" ]] || export LAB_CHURN_DIRS="$churn_dir,$out/churn" LAB_CHURN_FLAG="$out/churn.on" LAB_CHURN_COUNT="$out/churn.count" LAB_CHURN_SECS="$churn_secs"
     ip -d link show
     ls -l "$pfdir"/ "$pfdir"/virtfn*/
 
@@ -497,11 +511,85 @@ make -C "$kbuild_dir" M="$kmod_dir" modules >>"$out/build.log" 2>&1 || {
 t_build=$(date +%s)
 echo "kernel-lab: builds done in $((t_build - t_install)) s"
 
+# The host side of the node-file case (tests/real_kernel/churn.rs), issue 50 finding 8:
+# the host replaced /etc/ib-sriov/node.json, which the guest sees through its 9p root,
+# while a DEL ran. While the guest's test keeps $out/churn.on, this loop rewrites
+# node.json, guids (a `guidFile`) and labnet.conflist in two directories: one under
+# $LAB_DIR, which the guest sees as it sees /etc (an overlay whose lower layer is the
+# host's root over 9p), and $out/churn, the read-write 9p mount of the run directory.
+# The flag's content is the mode: `rename` (write a temporary file, rename it over),
+# `inplace` (that, alternating with overwriting the file in place), both with two
+# variants of each file of the same size that differ in their last byte, so any read
+# is valid; `shrink` (renamed over, variants of different sizes, as an editor or a
+# configuration tool replaces a file: what hung issue 50's DEL in the guest's kernel,
+# see docs/testing.md), only when the guest finds $out/churn.shrink (LAB_CHURN_SHRINK=1).
+# Without the flag the loop only polls it every 0.2 s. Its counts go to $out/churn.count.
+churn_dir="$LAB_DIR/churn/${out##*/}"
+mkdir -p "$churn_dir" "$out/churn"
+[[ "${LAB_CHURN_SHRINK:-0}" != 1 ]] || touch "$out/churn.shrink"
+churn_loop() {
+    exec python3 - "$out/churn.on" "$out/churn.count" "$churn_dir" "$out/churn" <<'PY'
+import os, signal, sys, time
+flag, count_file, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
+node = b'{"extraPathRoots": ["/run/ib-sriov-lab-tmp", "/etc/ib-sriov"]}'
+conf = b'{"cniVersion": "1.0.0", "name": "labnet", "plugins": [{"type": "ib-sriov"}]}'
+same = [("node.json", [node + b"\n", node + b" "]), ("guids", [b"[]\n", b"[] "]),
+        ("labnet.conflist", [conf + b"\n", conf + b" "])]
+shrink = [("node.json", [node + b"\n", b'{\n  "extraPathRoots": [\n    "/run/ib-sriov-lab-tmp",\n    "/etc/ib-sriov"\n  ]\n}\n']),
+          ("guids", [b"[]\n", b"[\n]\n\n"]), ("labnet.conflist", [conf + b"\n", conf + b"\n\n\n\n"])]
+counts = {"rename": 0, "inplace": 0, "loops": 0}
+def save():
+    with open(count_file + ".tmp", "w") as f:
+        f.write("rename %(rename)d inplace %(inplace)d loops %(loops)d\n" % counts)
+    os.replace(count_file + ".tmp", count_file)
+def stop(*_):
+    save()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+for d in dirs:
+    for name, v in same:
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(v[0])
+i = 0
+while True:
+    try:
+        with open(flag) as f:
+            mode = f.read().strip()
+    except FileNotFoundError:
+        if counts["loops"]:
+            save()
+        time.sleep(0.2)
+        continue
+    i += 1
+    for d in dirs:
+        for name, v in (shrink if mode == "shrink" else same):
+            p = os.path.join(d, name)
+            data = v[i % 2]
+            if mode == "inplace" and i % 2:
+                with open(p, "r+b") as f:
+                    f.write(data)
+                counts["inplace"] += 1
+            else:
+                with open(p + ".new", "wb") as f:
+                    f.write(data)
+                os.replace(p + ".new", p)
+                counts["rename"] += 1
+    counts["loops"] += 1
+    if i % 200 == 0:
+        save()
+    time.sleep(0.002)
+PY
+}
+churn_loop &
+churn_pid=$!
+trap 'kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; rm -rf "$bindir" "$churn_dir"' EXIT
+
 # 3. Boot the guest and run the tests. vng's own exit status is not the script's (no
 # virtio-serial script channel under TCG here), so only the files the guest writes count.
 status=0
 big_vfs="${LAB_BIG_VFS:-$BIG_VFS}"
 [[ "$big_vfs" =~ ^[0-9]+$ ]] && ((big_vfs <= 127)) || { echo "kernel-lab: LAB_BIG_VFS=$big_vfs: 0 to 127 (a ConnectX PF's most, and what the lab was run with)" >&2; exit 1; }
+[[ "${LAB_CHURN_SECS:-40}" =~ ^[0-9]+$ ]] || { echo "kernel-lab: LAB_CHURN_SECS=$LAB_CHURN_SECS: a number of seconds" >&2; exit 1; }
 qemu_opts='-machine q35 -device pcie-root-port,id=rp1,slot=1 -netdev user,id=n1 -device igb,bus=rp1,netdev=n1'
 guest_limit=$((1200 + 900 * (${LAB_REPEAT:-1} - 1)))
 if ((big_vfs > 0)); then
@@ -518,10 +606,12 @@ fi
 timeout "$guest_limit" vng --verbose --run "$vmlinuz" --disable-kvm --cpus 2 --memory 2G \
     --rwdir="$out" \
     --qemu-opts="$qemu_opts" \
-    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}") ${LAB_REPEAT:-1} ${LAB_LOAD:-0} $big_vfs $(printf %q "${LAB_BIG_IB-$BIG_IB}") $(printf %q "${LAB_STORM:-}")" \
+    --exec "$PWD/scripts/kernel-lab.sh --guest $out $testbin $kmod_dir $(printf %q "${LAB_FILTER:-}") ${LAB_REPEAT:-1} ${LAB_LOAD:-0} $big_vfs $(printf %q "${LAB_BIG_IB-$BIG_IB}") $(printf %q "${LAB_STORM:-}") $churn_dir ${LAB_CHURN_SECS:-40}" \
     </dev/null >"$out/console.log" 2>&1 || status=$?
 t_guest=$(date +%s)
 echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $status)"
+kill "$churn_pid" 2>/dev/null || true
+wait "$churn_pid" 2>/dev/null || true
 
 fail=0 pass=0 ntests=0
 if [[ ! -f "$out/done" ]]; then
@@ -547,6 +637,8 @@ while IFS=$'\t' read -r res name _; do
     echo "---- $name (failed) ----"
     tail -n 60 "$f"
 done <"$out/results.tsv" 2>/dev/null || true
+# The node-file case's figures (tests/real_kernel/churn.rs): call times under the churn.
+grep -h '^lab-figure: churn' "$out"/tests/*.log 2>/dev/null || true
 if ((ntests == 0)); then
     echo "kernel-lab: no real-kernel test ran" >&2
     fail=$((fail + 1))

@@ -328,7 +328,12 @@ fn kill_after(after: Duration) {
 /// Where the main thread (whose thread ID is the process ID) is, for the log and the
 /// error message: the system call it is in and the kernel function it sleeps in, from
 /// `/proc/self/task/<tid>/syscall` (the call number first, or `running`) and `wchan`
-/// (proc(5)); `running` when it runs in user space.
+/// (proc(5)). `running` means on a CPU, in user space or inside a system call, so a
+/// `running` thread is looked at again, up to [`LOOKS`] times 5 ms apart, until it is
+/// seen blocked; its system time (`stat` field 15, `stime`) tells a thread running in
+/// the kernel from one in user space. Issue 50's hung DEL was such a thread: a read(2)
+/// of the node file looping in the guest kernel's 9p client (netfs retrying a short
+/// read for ever), on a CPU most of the time; [`describe_wait`] words it.
 fn main_thread_wait() -> String {
     let tid = crate::fsutil::pid();
     let read = |f: &str| {
@@ -336,9 +341,63 @@ fn main_thread_wait() -> String {
             .map(|s| s.trim().to_string())
             .unwrap_or_default()
     };
-    let syscall = read("syscall");
-    let wchan = read("wchan");
+    let stime = || stat_stime(&read("stat"));
+    let before = stime();
+    let mut looks = Vec::new();
+    for i in 0..LOOKS {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let look = (read("syscall"), read("wchan"));
+        let running = look.0 == "running";
+        looks.push(look);
+        if !running {
+            break;
+        }
+    }
+    let grew = match (before, stime()) {
+        (Some(b), Some(a)) => Some(a > b),
+        _ => None,
+    };
+    describe_wait(&looks, grew)
+}
+
+/// How many times [`main_thread_wait`] looks at a `running` main thread.
+const LOOKS: usize = 20;
+
+/// Field 15 (`stime`, clock ticks) of a `/proc/<pid>/task/<tid>/stat` line (proc(5));
+/// `None` when it does not parse.
+fn stat_stime(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: fields 3 on follow
+    // the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(12)?.parse().ok()
+}
+
+/// The words for the main thread's looks (`syscall` and `wchan` of proc(5), the last one
+/// the first not `running`, if any) and whether its system time grew meanwhile.
+fn describe_wait(looks: &[(String, String)], kernel_time_grew: Option<bool>) -> String {
+    let running = looks.iter().filter(|(s, _)| s == "running").count();
+    let Some((syscall, wchan)) = looks.last() else {
+        return "in an unknown state".into();
+    };
     let first = syscall.split_whitespace().next().unwrap_or("");
+    if first == "running" {
+        return match kernel_time_grew {
+            Some(true) => format!(
+                "on a CPU in each of {running} looks, its system time growing: running inside a system call, in the kernel"
+            ),
+            Some(false) => format!(
+                "on a CPU in each of {running} looks, its system time not growing: running in user space"
+            ),
+            None => format!("on a CPU in each of {running} looks (in user space or the kernel)"),
+        };
+    }
+    let also = if running > 0 {
+        format!(" (on a CPU in {running} of {} looks before)", looks.len())
+    } else {
+        String::new()
+    };
     let Ok(nr) = first.parse::<i64>() else {
         return match first {
             "" => "in an unknown state".into(),
@@ -346,13 +405,13 @@ fn main_thread_wait() -> String {
         };
     };
     if nr < 0 {
-        return "not in a system call".into();
+        return format!("not in a system call{also}");
     }
     let at = match wchan.as_str() {
         "" | "0" => String::new(),
         w => format!(", sleeping in the kernel at {w}"),
     };
-    format!("in system call {nr} ({}){at}", syscall_name(nr))
+    format!("in system call {nr} ({}){at}{also}", syscall_name(nr))
 }
 
 /// The name of system call `nr` for the calls a verb can wait in; `?` for the others.
@@ -414,5 +473,51 @@ mod tests {
         assert!(!w.is_empty());
         assert_eq!(syscall_name(nix::libc::SYS_read), "read");
         assert_eq!(syscall_name(-5), "?");
+    }
+
+    fn look(syscall: &str, wchan: &str) -> (String, String) {
+        (syscall.to_string(), wchan.to_string())
+    }
+
+    /// Issue 50's hung DEL, as the lab showed it (tests/real_kernel/churn.rs with
+    /// `LAB_CHURN_SHRINK=1`): a read(2) looping in the kernel's 9p client, `running` in
+    /// /proc most of the time. It is in a system call, in the kernel; never "not in a
+    /// system call".
+    #[test]
+    fn a_thread_running_inside_a_system_call_is_not_called_out_of_one() {
+        let blocked = look(
+            "0 0x6 0x55d0 0x2000 0x0 0x0 0x0 0x7ffc 0x7f12",
+            "p9_client_rpc",
+        );
+        assert_eq!(
+            describe_wait(&[look("running", "0"), blocked.clone()], Some(true)),
+            "in system call 0 (read), sleeping in the kernel at p9_client_rpc (on a CPU in 1 of 2 looks before)"
+        );
+        assert_eq!(
+            describe_wait(&[blocked], Some(false)),
+            "in system call 0 (read), sleeping in the kernel at p9_client_rpc"
+        );
+        let spinning = vec![look("running", "0"); LOOKS];
+        let w = describe_wait(&spinning, Some(true));
+        assert_eq!(
+            w,
+            "on a CPU in each of 20 looks, its system time growing: running inside a system call, in the kernel"
+        );
+        assert!(!w.contains("not in a system call"));
+        assert!(describe_wait(&spinning, Some(false)).ends_with("running in user space"));
+        assert_eq!(describe_wait(&[], None), "in an unknown state");
+        assert_eq!(
+            describe_wait(&[look("-1 0x7ffc 0x7f12", "0")], None),
+            "not in a system call"
+        );
+    }
+
+    #[test]
+    fn stime_is_field_15_after_the_command_name() {
+        let stat = "356 (ib-sriov (x) y) R 341 340 293 0 -1 4194560 326 0 0 0 2 263 0 0 20 0";
+        assert_eq!(stat_stime(stat), Some(263));
+        assert_eq!(stat_stime("garbage"), None);
+        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        assert!(stat_stime(&own).is_some(), "{own}");
     }
 }

@@ -31,6 +31,11 @@ use std::time::{Duration, Instant};
 #[path = "real_kernel/ib.rs"]
 mod ib;
 
+/// ADD/CHECK/DEL while the host replaces the node file the guest sees over 9p (issue 50
+/// finding 8), on igbvf.
+#[path = "real_kernel/churn.rs"]
+mod churn;
+
 /// The plugin binary under test: `LAB_PLUGIN_BIN` when set (scripts/kernel-lab.sh copies
 /// the binary it built into its run directory, so no rebuild on the host replaces it
 /// while the guest runs), else the one cargo built for these tests.
