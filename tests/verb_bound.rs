@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::emuhost::HostSnapshot;
 use common::lab::Lab;
 use serde_json::{json, Value};
 use std::io::Read;
@@ -183,6 +184,34 @@ fn run_late(
     )
 }
 
+/// After the watchdog ended a call of `cid` (its journal kept), the next DEL (the
+/// runtime's retry) finishes: no journal, no address allocated, the host as `before`.
+#[track_caller]
+fn next_del_restores(
+    lab: &Lab,
+    cid: &str,
+    netns: &str,
+    conf: &Value,
+    before: &HostSnapshot,
+    what: &str,
+) {
+    assert_eq!(
+        lab.journals(),
+        [format!("{cid}:net1")],
+        "{what}: journal kept"
+    );
+    lab.host.sync_netdevs().unwrap();
+    lab.del(cid, netns, conf).expect_ok();
+    lab.host.sync_netdevs().unwrap();
+    assert!(lab.journals().is_empty(), "{what}: {:?}", lab.journals());
+    assert!(
+        lab.allocations().is_empty(),
+        "{what}: {:?}",
+        lab.allocations()
+    );
+    assert_eq!(lab.host.snapshot(), *before, "{what}: host restored");
+}
+
 /// A DEL blocked for ever in a `read(2)` at each step of its teardown (fail point
 /// action `block`), started 57 s before its bound: it answers code 11 at 60 s, exits 1
 /// and keeps its journal; the next DEL restores the host as before the ADD.
@@ -224,17 +253,7 @@ fn a_del_blocked_in_a_step_answers_at_60_s_and_the_next_del_finishes() {
             "{what}: answered after {:?}, at its bound",
             end.took
         );
-        assert_eq!(lab.journals(), ["b1:net1"], "{what}: journal kept");
-        lab.host.sync_netdevs().unwrap();
-        lab.del("b1", pod.netns(), &conf).expect_ok();
-        lab.host.sync_netdevs().unwrap();
-        assert!(lab.journals().is_empty(), "{what}: {:?}", lab.journals());
-        assert!(
-            lab.allocations().is_empty(),
-            "{what}: {:?}",
-            lab.allocations()
-        );
-        assert_eq!(lab.host.snapshot(), before, "{what}: host restored");
+        next_del_restores(&lab, "b1", pod.netns(), &conf, &before, &what);
         assert_eq!(pod.links(), ["lo"], "{what}: nothing left in the pod");
     }
 }
@@ -266,17 +285,7 @@ fn an_add_blocked_in_a_step_answers_at_220_s_and_del_restores() {
             "{what}: the ADD reached {point}: {}",
             end.stderr
         );
-        assert_eq!(lab.journals(), ["b2:net1"], "{what}: journal kept");
-        lab.host.sync_netdevs().unwrap();
-        lab.del("b2", pod.netns(), &conf).expect_ok();
-        lab.host.sync_netdevs().unwrap();
-        assert!(lab.journals().is_empty(), "{what}: {:?}", lab.journals());
-        assert!(
-            lab.allocations().is_empty(),
-            "{what}: {:?}",
-            lab.allocations()
-        );
-        assert_eq!(lab.host.snapshot(), before, "{what}: host restored");
+        next_del_restores(&lab, "b2", pod.netns(), &conf, &before, &what);
     }
 }
 
