@@ -14,21 +14,11 @@ fn fail(msg: impl Into<String>) -> CniError {
 
 /// CHECK; once the attachment checked out (its pod netns and netdev proven the
 /// journal's), a missing Go plugin cache file of it is rewritten from the journal under
-/// the VF lock ([`super::steps::heal_go_cache`]); a failure of that is logged, never
-/// CHECK's answer.
+/// the VF lock ([`super::gc::heal_one`]); a failure of that is logged, never CHECK's
+/// answer.
 pub(super) fn check(ctx: &Ctx) -> Result<(), CniError> {
-    let Some(j) = check_attachment(ctx)? else {
-        return Ok(());
-    };
-    if super::steps::missing_go_cache(&j).is_some() {
-        let (cid, ifname) = (j.container_id.clone(), j.ifname.clone());
-        let healed = super::teardown::load_locked(ctx, (&cid, &ifname), Some(j))
-            .and_then(|l| l.map_or(Ok(None), |(j, _lock)| super::steps::heal_go_cache(ctx, &j)));
-        if let Err(e) = healed {
-            log::warn!(
-                "CHECK of {cid}/{ifname}: its missing Go plugin cache file was not rewritten: {e}"
-            );
-        }
+    if let Some(j) = check_attachment(ctx)? {
+        super::gc::heal_one(ctx, j, "CHECK");
     }
     Ok(())
 }

@@ -156,7 +156,7 @@ fn restore_stale(
             continue;
         }
         if valid.contains(&(j.container_id.clone(), j.ifname.clone())) {
-            heal_one(ctx, j);
+            heal_one(ctx, j, "GC");
             continue;
         }
         log::info!(
@@ -191,13 +191,14 @@ fn restore_one(ctx: &Ctx, host: &Host, j: Journal) -> Result<(), CniError> {
     hit("gc.journal")
 }
 
-/// A valid attachment of this network whose Go plugin cache file is missing (an
-/// admin's `rm` while its pod runs): the file is rewritten from the journal, read again
-/// under the VF lock, when the host proves the attachment live
-/// ([`super::steps::heal_go_cache`]), so a rollback to the Go plugin can still DEL it.
-/// One `lstat` per valid attachment when nothing is missing. A failure is logged, never
-/// GC's answer (GC releases; this only keeps a rollback possible).
-fn heal_one(ctx: &Ctx, j: Journal) {
+/// A live attachment whose Go plugin cache file is missing (an admin's `rm` while its
+/// pod runs): the file is rewritten from the journal, read again under the VF lock,
+/// when the host proves the attachment live ([`super::steps::heal_go_cache`]), so a
+/// rollback to the Go plugin can still DEL it. Called by GC for each valid attachment
+/// of its network and by CHECK once the attachment checked out (`verb` names the
+/// caller in the log). One `lstat` when nothing is missing. A failure is logged, never
+/// the verb's answer (it only keeps a rollback possible).
+pub(super) fn heal_one(ctx: &Ctx, j: Journal, verb: &str) {
     if super::steps::missing_go_cache(&j).is_none() {
         return;
     }
@@ -205,7 +206,9 @@ fn heal_one(ctx: &Ctx, j: Journal) {
     let healed = teardown::load_locked(ctx, (&cid, &ifname), Some(j))
         .and_then(|l| l.map_or(Ok(None), |(j, _lock)| super::steps::heal_go_cache(ctx, &j)));
     if let Err(e) = healed {
-        log::warn!("GC: the missing Go plugin cache file of {cid}/{ifname} was not rewritten: {e}");
+        log::warn!(
+            "{verb} of {cid}/{ifname}: its missing Go plugin cache file was not rewritten: {e}"
+        );
     }
 }
 
