@@ -159,6 +159,22 @@ pub struct Flag {
     pub repeatable: bool,
 }
 
+/// `--host-root DIR`: where the host's `/` is mounted (doctor, exporter and top read
+/// the node through it); the same flag in each of their tables.
+pub const HOST_ROOT: Flag = Flag {
+    name: "--host-root",
+    value: Some("DIR"),
+    repeatable: false,
+};
+
+/// `--state-dir DIR`, repeatable: a stateDir to read besides the default ones (doctor,
+/// exporter and top); the same flag in each of their tables.
+pub const STATE_DIR: Flag = Flag {
+    name: "--state-dir",
+    value: Some("DIR"),
+    repeatable: true,
+};
+
 /// The flag `arg` names in `table` (`"-h"` and `"--help"` are not in any table: each
 /// parser handles them first). Errors: `unknown argument "<arg>"`.
 pub fn flag(table: &'static [Flag], arg: &str) -> Result<&'static Flag, String> {

@@ -28,16 +28,8 @@ pub const FLAGS: &[Flag] = &[
         value: Some("SECONDS"),
         repeatable: false,
     },
-    Flag {
-        name: "--host-root",
-        value: Some("DIR"),
-        repeatable: false,
-    },
-    Flag {
-        name: "--state-dir",
-        value: Some("DIR"),
-        repeatable: true,
-    },
+    crate::process::HOST_ROOT,
+    crate::process::STATE_DIR,
 ];
 
 /// Usage text.

@@ -54,16 +54,8 @@ pub const FLAGS: &[Flag] = &[
         value: Some("FILE"),
         repeatable: false,
     },
-    Flag {
-        name: "--host-root",
-        value: Some("DIR"),
-        repeatable: false,
-    },
-    Flag {
-        name: "--state-dir",
-        value: Some("DIR"),
-        repeatable: true,
-    },
+    crate::process::HOST_ROOT,
+    crate::process::STATE_DIR,
     Flag {
         name: "--guid-file",
         value: Some("FILE"),

@@ -63,16 +63,8 @@ pub const FLAGS: &[Flag] = &[
         value: None,
         repeatable: false,
     },
-    Flag {
-        name: "--host-root",
-        value: Some("DIR"),
-        repeatable: false,
-    },
-    Flag {
-        name: "--state-dir",
-        value: Some("DIR"),
-        repeatable: true,
-    },
+    crate::process::HOST_ROOT,
+    crate::process::STATE_DIR,
 ];
 
 /// The default listen address: loopback only (expose it deliberately, see
