@@ -97,6 +97,30 @@ impl HostRoot {
         self.binds.push(at);
     }
 
+    /// Makes the root's `/proc` show kernel release `release` in
+    /// `/proc/sys/kernel/osrelease`: a directory of links to this machine's `/proc`
+    /// entries (those there now), with `sys/kernel/osrelease` a file.
+    fn fake_release(&self, release: &str) {
+        let at = self.path().join("proc");
+        if at.is_symlink() {
+            std::fs::remove_file(&at).unwrap();
+            let mut dir = at.clone();
+            let mut real = PathBuf::from("/proc");
+            for keep in ["sys", "kernel", ""] {
+                std::fs::create_dir_all(&dir).unwrap();
+                for e in std::fs::read_dir(&real).unwrap() {
+                    let n = e.unwrap().file_name();
+                    if n != keep && n != "osrelease" {
+                        std::os::unix::fs::symlink(real.join(&n), dir.join(&n)).unwrap();
+                    }
+                }
+                dir.push(keep);
+                real.push(keep);
+            }
+        }
+        std::fs::write(at.join("sys/kernel/osrelease"), format!("{release}\n")).unwrap();
+    }
+
     /// Writes `text` at node path `abs` under the root.
     fn write(&self, abs: &str, text: &str) {
         let at = self.path().join(abs.strip_prefix('/').unwrap());
@@ -307,6 +331,78 @@ fn doctor_on_an_idle_node() {
     assert_eq!(j["vfs"][3]["driver"], "vfio-pci");
     assert_eq!(j["node"]["vfGuidSource"], "mlnx-ofed-sysfs");
     assert!(codes(&j).is_empty(), "{:?}", codes(&j));
+}
+
+/// The kernel facts the plugin relies on (docs/design.md "Kernel facts"), one
+/// `kernel-lacks-<fact>` finding for each the running kernel lacks. What the emulated
+/// host really shows: its VF netdevs are veths, which have no parent device, while its
+/// sysfs tree gives each a PCI `device`; so the parent-device probe finds
+/// `IFLA_PARENT_DEV_NAME` missing on every kernel, and the release decides. On this
+/// machine's kernel (6.5 or later) the doctor reports nothing; with the release the
+/// host root shows replaced by Debian 11's 5.10 (parent device missing, by the probe
+/// and the release) and by RHEL 8's 4.18 with its RDMA netns mode answering (the
+/// probe wins over the release), goldens `kernel-5.10` and `kernel-4.18`.
+#[test]
+fn doctor_reports_the_kernel_facts_the_running_kernel_lacks() {
+    let (lab, h) = with_root(vfio_lab(3));
+    let real = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = real.trim().split(|c: char| !c.is_ascii_digit());
+    let (major, minor): (u32, u32) = (
+        v.next().unwrap().parse().unwrap(),
+        v.next().unwrap().parse().unwrap(),
+    );
+    assert!(
+        (major, minor) >= (6, 5),
+        "this test expects a kernel from 6.5 on, with every fact; {real}"
+    );
+    let out = doctor(&lab, &h, &["--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lacks = |j: &Value| -> Vec<String> {
+        codes(j)
+            .into_iter()
+            .filter(|c| c.contains("kernel-lacks-"))
+            .collect()
+    };
+    assert!(lacks(&j).is_empty(), "{:?}", codes(&j));
+
+    h.fake_release("5.10.0-46-amd64");
+    let (j, rc) = check_golden(&lab, &h, "kernel-5.10");
+    assert_eq!(rc, 0, "{j}");
+    assert_eq!(
+        lacks(&j),
+        [
+            "info kernel-lacks-parent-dev",
+            "info kernel-lacks-skip-vf-stats"
+        ]
+    );
+    let f = findings(&j, &["kernel-lacks-parent-dev"]);
+    let vf0 = lab.host.vf(0);
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in sysfs but the kernel reports no IFLA_PARENT_DEV_NAME"),
+        "the probe, not only the release: {f:?} ({vf0:?})"
+    );
+
+    h.fake_release("4.18.0-553.el8_10.x86_64");
+    let (j, rc) = check_golden_env(
+        &lab,
+        &h,
+        "kernel-4.18",
+        &["IB_SRIOV_FAILPOINTS=doctor.rdma_netns_mode=exclusive"],
+        &[],
+    );
+    assert_eq!(rc, 0, "{j}");
+    assert_eq!(
+        lacks(&j),
+        [
+            "warning kernel-lacks-vf-guid-read",
+            "info kernel-lacks-altnames",
+            "info kernel-lacks-parent-dev",
+            "info kernel-lacks-skip-vf-stats"
+        ]
+    );
 }
 
 /// A node with attachments: ours on VF 0 (pod alive, built-in IPAM address), ours on

@@ -91,6 +91,9 @@ pub enum Note {
     Unaccounted(String),
     /// A runtime's record that an attachment holds a VF ([`super::holders::Claim`]).
     Claim(super::holders::Claim),
+    /// What the running kernel showed of the facts the plugin relies on
+    /// ([`super::kernel`]), by probe; the findings compare the rest with the release.
+    Kernel(super::kernel::Probes),
 }
 
 /// What the Go plugin cache file of a complete journal of this boot, and the host, say
@@ -140,6 +143,20 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
             None
         }
     };
+    // The kernel facts a probe can show (one link dump; super::kernel).
+    let mut probes = super::kernel::Probes::default();
+    if let Some(nl) = nl.as_ref() {
+        match nl.links() {
+            Ok(links) => probes.0.push((
+                "parent-dev",
+                super::kernel::probe_parent_dev(&links, &paths.sys),
+            )),
+            Err(e) => notes.push(Note::Unreadable(
+                "rtnetlink link dump".into(),
+                e.to_string(),
+            )),
+        }
+    }
     let found = super::holders::discover(paths, &paths.extra_state);
     let journals = journal_list(&found, paths, &mut notes);
     let (by_vf, go) = holders(paths, &journals, &mut notes);
@@ -270,6 +287,13 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
         }
         report.pfs.push(pf);
     }
+    if guid_netlink {
+        probes.0.push((
+            "vf-guid-read",
+            super::kernel::Probe::Present("a PF's VF table carries VF GUIDs".into()),
+        ));
+    }
+    notes.push(Note::Kernel(probes));
     report.node.vf_guid_source = if guid_netlink {
         "netlink"
     } else if guid_ofed {

@@ -167,6 +167,16 @@ pub fn evaluate(r: &Report, notes: &[Note]) -> Vec<Finding> {
                 format!("{att} (VF {vf}): its Go plugin cache file is gone and the host shows the attachment ended by the Go ib-sriov-cni after a rollback: {found}"),
                 "nothing to do: the next DEL or GC of it reads the VF again and drops the journal without touching the VF",
             )),
+            Note::Kernel(probes) => {
+                let mut probes = probes.clone();
+                if let Some(m) = &r.node.rdma_netns_mode {
+                    probes.0.push((
+                        "rdma-netns",
+                        super::kernel::Probe::Present(format!("RDMA netns mode {m}")),
+                    ));
+                }
+                out.extend(super::kernel::findings(r.node.kernel.as_deref(), &probes));
+            }
             Note::IbKubernetes(_)
             | Note::WantsIsolation(_)
             | Note::Unaccounted(_)

@@ -13,6 +13,7 @@ pub mod collect;
 pub mod findings;
 pub mod holders;
 pub mod input;
+pub mod kernel;
 pub mod node_defaults;
 pub mod report;
 pub mod text;
