@@ -36,6 +36,11 @@ mod ib;
 #[path = "real_kernel/churn.rs"]
 mod churn;
 
+/// The kernel facts the plugin relies on (docs/design.md "Kernel facts") and the
+/// doctor's findings on the booted kernel (issue 51 item 3).
+#[path = "real_kernel/kernel_facts.rs"]
+mod kernel_facts;
+
 /// The plugin binary under test: `LAB_PLUGIN_BIN` when set (scripts/kernel-lab.sh copies
 /// the binary it built into its run directory, so no rebuild on the host replaces it
 /// while the guest runs), else the one cargo built for these tests.
@@ -444,12 +449,28 @@ fn discovery_from_real_sysfs() {
             Some(ifindex_of(name))
         );
         assert_eq!(sysfs.netdev_pci_address(name).unwrap(), Some(pci(vf)));
-        let l = nl.link_by_parent(vf).unwrap().expect("link by parent");
-        assert_eq!(
-            (l.index, l.name.as_str()),
-            (ifindex_of(name), name.as_str())
-        );
-        assert_eq!(l.parent_dev.as_deref(), Some(vf.as_str()));
+        // The parent device (IFLA_PARENT_DEV_NAME) only from kernel 5.14 on
+        // (docs/design.md "Kernel facts"): iproute2 says whether this one sends it.
+        let parent = ip_json(&["-d", "link", "show", "dev", name])[0]["parentdev"]
+            .as_str()
+            .map(str::to_string);
+        let by_parent = nl.link_by_parent(vf).unwrap();
+        match parent {
+            Some(p) => {
+                assert_eq!(&p, vf);
+                let l = by_parent.expect("link by parent");
+                assert_eq!(
+                    (l.index, l.name.as_str()),
+                    (ifindex_of(name), name.as_str())
+                );
+                assert_eq!(l.parent_dev.as_deref(), Some(vf.as_str()));
+            }
+            None => {
+                assert!(by_parent.is_none(), "{by_parent:?}");
+                let l = nl.link_by_name(name).unwrap().unwrap();
+                assert_eq!((l.index, l.parent_dev), (ifindex_of(name), None));
+            }
+        }
     }
     let listed: Vec<(VfIndex, PciAddress)> = vfs()
         .iter()
