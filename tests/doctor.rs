@@ -222,6 +222,26 @@ fn without_rdma_lines(text: &str) -> String {
     out.join("\n") + "\n"
 }
 
+/// `text` without the findings (and their fix lines) whose code contains `code`.
+fn without_finding_lines(text: &str, code: &str) -> String {
+    let mut out = Vec::new();
+    let mut skip_fix = false;
+    for l in text.lines() {
+        if skip_fix {
+            skip_fix = false;
+            if l.trim_start().starts_with("fix:") {
+                continue;
+            }
+        }
+        if l.starts_with("  ") && l.contains(code) {
+            skip_fix = true;
+            continue;
+        }
+        out.push(l);
+    }
+    out.join("\n") + "\n"
+}
+
 fn json_without_rdma(mut v: Value) -> Value {
     v["node"]["rdmaNetnsMode"] = json!("<RDMA>");
     if let Some(f) = v["findings"].as_array_mut() {
@@ -271,7 +291,13 @@ fn check_golden_env(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = normalize(lab, h, &String::from_utf8_lossy(&out.stdout));
+    let mut text = normalize(lab, h, &String::from_utf8_lossy(&out.stdout));
+    // The kernel facts of this machine's kernel, unless the test gave the host root a
+    // release of its own ([`HostRoot::fake_release`]): they depend on the machine.
+    let machine_kernel = h.path().join("proc").is_symlink();
+    if machine_kernel {
+        text = without_finding_lines(&text, "kernel-lacks-");
+    }
     golden(&format!("{name}.txt"), &without_rdma_lines(&text));
     let mut json_args = vec!["--json"];
     json_args.extend_from_slice(extra);
@@ -283,7 +309,17 @@ fn check_golden_env(
         &String::from_utf8_lossy(&out_json.stdout),
     ))
     .unwrap();
-    let j = json_without_rdma(j);
+    let mut j = json_without_rdma(j);
+    if machine_kernel {
+        if let Some(f) = j["findings"].as_array_mut() {
+            f.retain(|x| {
+                !x["code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("kernel-lacks-")
+            });
+        }
+    }
     golden(
         &format!("{name}.json"),
         &(serde_json::to_string_pretty(&j).unwrap() + "\n"),
@@ -352,8 +388,8 @@ fn doctor_reports_the_kernel_facts_the_running_kernel_lacks() {
         v.next().unwrap().parse().unwrap(),
     );
     assert!(
-        (major, minor) >= (6, 5),
-        "this test expects a kernel from 6.5 on, with every fact; {real}"
+        (major, minor) >= (5, 6),
+        "this test expects a kernel from 5.6 on; {real}"
     );
     let out = doctor(&lab, &h, &["--json"]);
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -363,7 +399,16 @@ fn doctor_reports_the_kernel_facts_the_running_kernel_lacks() {
             .filter(|c| c.contains("kernel-lacks-"))
             .collect()
     };
-    assert!(lacks(&j).is_empty(), "{:?}", codes(&j));
+    // This machine's kernel: only what its release lacks (docs/design.md "Kernel
+    // facts"; the emulated host's probe cannot show a parent device either way).
+    let mut want = Vec::new();
+    if (major, minor) < (5, 14) {
+        want.push("info kernel-lacks-parent-dev");
+    }
+    if (major, minor) < (6, 5) {
+        want.push("info kernel-lacks-skip-vf-stats");
+    }
+    assert_eq!(lacks(&j), want, "{:?}", codes(&j));
 
     h.fake_release("5.10.0-46-amd64");
     let (j, rc) = check_golden(&lab, &h, "kernel-5.10");
