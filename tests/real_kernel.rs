@@ -667,11 +667,27 @@ fn driver_rebind_recreates_netdev_found_by_pci_address() {
     assert_ne!(index, old_index, "a new netdev");
     assert_eq!(index, ifindex_of(&name));
     let nl = Netlink::open().unwrap();
-    let l = nl
-        .link_by_parent(vf)
-        .unwrap()
-        .expect("found by PCI address");
-    assert_eq!((l.index, l.name.as_str()), (index, name.as_str()));
+    // By its parent device where the kernel sends one (IFLA_PARENT_DEV_NAME, 5.14 on);
+    // before, the kernel's listing under <VF>/net/ with its ifindex is all there is
+    // (docs/design.md "Kernel facts"), and no link names a parent.
+    let parent = ip_json(&["-d", "link", "show", "dev", &name])[0]["parentdev"].clone();
+    match nl.link_by_parent(vf).unwrap() {
+        Some(l) => {
+            assert_eq!(parent, json!(vf));
+            assert_eq!((l.index, l.name.as_str()), (index, name.as_str()));
+        }
+        None => {
+            assert!(
+                parent.is_null(),
+                "ip -d shows parent {parent} the plugin did not find"
+            );
+            let l = nl
+                .link_by_index(index)
+                .unwrap()
+                .expect("found by the sysfs ifindex");
+            assert_eq!((l.name.as_str(), l.parent_dev), (name.as_str(), None));
+        }
+    }
     assert_eq!(
         sysfs.driver(addr).unwrap().as_deref(),
         Some(driver.as_str())

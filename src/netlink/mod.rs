@@ -102,8 +102,9 @@ pub struct Link {
     pub mtu: Option<u32>,
     /// IFLA_ADDRESS: 6 bytes on Ethernet, 20 on IPoIB.
     pub address: Vec<u8>,
-    /// IFLA_PARENT_DEV_NAME (kernel >= 5.14): the parent device, a PCI address for a
-    /// VF netdev; `None` for virtual links (veth).
+    /// IFLA_PARENT_DEV_NAME (kernel >= 5.14, torvalds/linux@00e77ed8e64d): the parent
+    /// device, a PCI address for a VF netdev; `None` for virtual links (veth) and for
+    /// every link on an older kernel.
     pub parent_dev: Option<String>,
     /// Alternative names (IFLA_PROP_LIST > IFLA_ALT_IFNAME, kernel >= 5.5), e.g. the
     /// predictable names udev's `AlternativeNamesPolicy` adds.
@@ -299,7 +300,10 @@ impl Netlink {
         )
     }
 
-    /// The link whose parent device (IFLA_PARENT_DEV_NAME) is PCI address `pci`.
+    /// The link whose parent device (IFLA_PARENT_DEV_NAME) is PCI address `pci`. Always
+    /// `None` on a kernel before 5.14, which sends no parent device (torvalds/linux@00e77ed8e64d,
+    /// docs/design.md "Kernel facts"): callers fall back to the kernel's listing under
+    /// `/sys/bus/pci/devices/<VF>/net/`.
     pub fn link_by_parent(&self, pci: &str) -> Result<Option<Link>, NlError> {
         Ok(self
             .links()?
