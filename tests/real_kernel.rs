@@ -87,6 +87,32 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The PCI address of netdev `ifname`'s device in netns `ns`, as that netns' sysfs
+/// shows it (`ip netns exec` mounts it): `/sys/class/net/<ifname>/device`, on every
+/// kernel, where `ip -d` shows `parentdev` (IFLA_PARENT_DEV_NAME) only from 5.14 on
+/// (docs/design.md "Kernel facts"). `None` for a netdev without a device, or none.
+fn netdev_pci_in(ns: &str, ifname: &str) -> Option<String> {
+    let dev = format!("/sys/class/net/{ifname}/device");
+    let out = run(Command::new("ip").args(["netns", "exec", ns, "readlink", "-e", &dev]));
+    let path = text(&out.stdout);
+    let name = path.trim().rsplit('/').next().unwrap_or_default();
+    (out.status.success() && !name.is_empty()).then(|| name.to_string())
+}
+
+/// Asserts that `l` (a link of `ip -d -j` in netns `ns`) is VF `vf`'s netdev: by its
+/// device in sysfs, and by the parent device the kernel reports where it sends one.
+fn assert_vf_netdev_in(ns: &str, l: &Value, vf: &str) {
+    let ifname = l["ifname"].as_str().unwrap();
+    assert_eq!(
+        netdev_pci_in(ns, ifname).as_deref(),
+        Some(vf),
+        "{ns}'s {ifname} is VF {vf}'s: {l}"
+    );
+    if !l["parentdev"].is_null() {
+        assert_eq!(l["parentdev"], vf, "{ns}'s {ifname} is VF {vf}'s: {l}");
+    }
+}
+
 /// Runs a command and panics unless it succeeds; returns stdout.
 fn sh(args: &[&str]) -> String {
     let out = run(Command::new(args[0]).args(&args[1..]));

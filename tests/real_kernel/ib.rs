@@ -180,7 +180,7 @@ fn assert_ib_attached(
     let l = ip_json(&["-n", &pod.name, "-d", "addr", "show", "dev", ifname]);
     let l = &l[0];
     assert_eq!(l["link_type"], "infiniband", "{l}");
-    assert_eq!(l["parentdev"], vf, "the pod's {ifname} is VF {vf}'s: {l}");
+    assert_vf_netdev_in(&pod.name, l, vf);
     let addr = l["address"].as_str().unwrap();
     assert_eq!(
         addr_guid(addr),
