@@ -36,6 +36,11 @@ mod ib;
 #[path = "real_kernel/churn.rs"]
 mod churn;
 
+/// The walk-through's rping and ib_write_bw between two pods, over an rxe device in each
+/// pod netns (issue 51 item 4), on a kernel whose rxe is netns aware (Debian's 7.3).
+#[path = "real_kernel/pods.rs"]
+mod pods;
+
 /// The plugin binary under test: `LAB_PLUGIN_BIN` when set (scripts/kernel-lab.sh copies
 /// the binary it built into its run directory, so no rebuild on the host replaces it
 /// while the guest runs), else the one cargo built for these tests.
