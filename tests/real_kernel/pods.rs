@@ -21,7 +21,7 @@ use super::*;
 
 /// The kernel's rxe has per-netns sockets: `rxe_ns_pernet_sk4` (rxe_ns.c) is in
 /// /proc/kallsyms once rdma_rxe is loaded.
-fn rxe_is_netns_aware() -> bool {
+pub(super) fn rxe_is_netns_aware() -> bool {
     std::fs::read_to_string("/proc/kallsyms")
         .unwrap()
         .lines()
@@ -287,7 +287,7 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
     eprintln!(
         "lab-figure: between_pods rping: {} ({rping_msgs} messages echoed; client: {})",
         if rping_ok { "ok" } else { "FAILED" },
-        text(&rc.stderr).trim()
+        text(&rc.stderr).trim().replace('\n', "; ")
     );
 
     // ib_write_bw: RDMA writes from rxpa to rxpb; perftest's own exchange is TCP
