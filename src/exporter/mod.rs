@@ -15,10 +15,11 @@
 //! on the host. An attachment whose VF has no RDMA device (an Ethernet VF) reports, in
 //! exclusive mode, the RDMA device its pod made on its netdev (an rxe device on `net1`
 //! moved into the pod netns, [`stats::pod_rdma_on_netdev`]) as its `rdma_device`, with
-//! that device's counters read the same way. It takes no lock, creates, changes and removes no file, so it can never
-//! hold up a CNI call; a journal that is being written, removed or is unreadable is
-//! counted as such and skipped. Attachments whose pod netns is gone, or is another
-//! namespace than the one ADD recorded, are skipped (a pod deleted mid-scrape).
+//! that device's counters read the same way. It takes no lock, creates, changes and
+//! removes no file, so it can never hold up a CNI call; a journal that is being
+//! written, removed or is unreadable is counted as such and skipped. Attachments whose
+//! pod netns is gone, or is another namespace than the one ADD recorded, are skipped (a
+//! pod deleted mid-scrape).
 //!
 //! Every scrape reads the node afresh: nothing is kept between scrapes, so a deleted
 //! attachment's series are gone from the next scrape.
