@@ -23,7 +23,8 @@
 #           SR-IOV NIC model; its qemu-system-common, qemu-system-data and seabios must come
 #           from backports too, hence `apt-get install -t bookworm-backports`),
 #           busybox-static, kmod, gcc-12, make, pahole, libelf1 (the test-only kernel
-#           modules), python3-venv (virtme-ng), udev (the guest, booted on this root
+#           modules), mmdebstrap (the Debian root the modules of a kernel whose compiler
+#           bookworm lacks are built in: LAB_KERNEL=7.3, gcc-14), python3-venv (virtme-ng), udev (the guest, booted on this root
 #           filesystem, runs its systemd-udevd in the lab's IB phase; nothing starts it on
 #           the host)
 #   image   scripts/image.sh and the image test: buildah, podman, runc (crun, podman's
@@ -46,6 +47,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 . "$(dirname "$0")/arch.sh" # arch_facts: gnu, deb (the cross-ARCH groups)
+. "$(dirname "$0")/debian-sources.sh" # debian_uri: this machine's own Debian mirror
 
 BPO_LIST=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
 
@@ -54,7 +56,7 @@ packages() {
     case "$1" in
     demo) echo "-:iproute2 -:jq" ;;
     test) echo "-:iproute2 -:jq -:python3 -:golang-go -:golang-github-appc-cni-dev -:containernetworking-plugins -:file -:binutils -:strace -:prometheus -:tmux" ;;
-    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:python3-venv -:iproute2 -:udev -:rdmacm-utils -:perftest -:ibverbs-providers" ;;
+    lab) echo "bookworm-backports:qemu-system-x86 -:busybox-static -:kmod -:gcc-12 -:make -:pahole -:libelf1 -:mmdebstrap -:python3-venv -:iproute2 -:udev -:rdmacm-utils -:perftest -:ibverbs-providers" ;;
     image) echo "-:buildah -:podman -:runc -:fuse-overlayfs -:uidmap" ;;
     bench) echo "-:iproute2 -:containernetworking-plugins -:python3 -:mount -:e2fsprogs -:util-linux -:strace" ;;
     cross-aarch64 | cross-powerpc64le | cross-s390x)
@@ -115,7 +117,9 @@ fi
 
 echo "deps.sh: installing ${all_missing[*]}" >&2
 if ((${#bpo_missing[@]})) && ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BPO_LIST"
+    # The machine's own Debian mirror (scripts/debian-sources.sh), only the suite added.
+    bpo_uri="$(debian_uri bookworm-backports)"
+    echo "deb $bpo_uri bookworm-backports main" >"$BPO_LIST"
 fi
 apt-get update -qq >&2
 if ((${#default_missing[@]})); then

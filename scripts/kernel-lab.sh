@@ -21,6 +21,13 @@
 #   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
 #                                      failure, on zero tests run, or when the guest did
 #                                      not finish
+#   LAB_KERNEL=5.10|6.1|6.12|7.3 scripts/kernel-lab.sh
+#                                      the guest's kernel: Debian's newest of that series
+#                                      from bullseye-security (5.10), bookworm (6.1),
+#                                      bookworm-backports (6.12, the default) or
+#                                      trixie-backports (7.3); the test modules are built
+#                                      for it (7.3: in a trixie root, gcc-14; 5.10: with
+#                                      bookworm's gcc-12 for its gcc-10)
 #   LAB_FILTER=REGEX scripts/kernel-lab.sh
 #                                      only the tests whose names match (development)
 #   LAB_REPEAT=N LAB_LOAD=M scripts/kernel-lab.sh
@@ -47,11 +54,15 @@
 # `scripts/deps.sh lab` (qemu-system-x86 10 with `igb` from Debian bookworm-backports,
 # installed with `-t bookworm-backports` so its firmware and data packages come from there
 # too; busybox-static, kmod, gcc-12, make, pahole, libelf1: the kernel's compiler and module
-# BTF; python3-venv; udev, whose systemd-udevd the guest runs), the
-# backports 6.12 kernel image (only downloaded and unpacked, never installed as the host's
-# kernel; likewise its headers and kbuild, for the test-only modules tests/kmod/vfguid.ko
-# and tests/kmod/ibvf.ko), virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
-# (default /var/lib/ib-sriov-lab; not /var/cache, which the guest hides under a tmpfs).
+# BTF; mmdebstrap: the trixie root 7.3's modules are built in; python3-venv; udev, whose
+# systemd-udevd the guest runs), the LAB_KERNEL kernel's image (only downloaded and
+# unpacked, never installed as the host's kernel; likewise its headers and kbuild, for the
+# test-only modules tests/kmod/vfguid.ko and tests/kmod/ibvf.ko), found and downloaded with
+# apt through a private sources list of the kernel's suite on this machine's own Debian
+# mirror (scripts/debian-sources.sh; the host's apt sources are not changed), and
+# virtme-ng from PyPI in a venv. Everything lab-owned lives under $IB_SRIOV_LAB_DIR
+# (default /var/lib/ib-sriov-lab, with apt/<suite>, kernel-<version>, headers-<version>,
+# root-trixie; not /var/cache, which the guest hides under a tmpfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -413,66 +424,119 @@ if [[ "$(id -u)" != 0 ]]; then
     echo "kernel-lab: must run as root (apt-get, /lib/modules, VF setup in the guest)" >&2
     exit 1
 fi
+# LAB_KERNEL: the guest's kernel series and the Debian suite it comes from;
+# kroot_suite: the Debian release whose root builds its test modules (empty: this host);
+# kcc_host: the host's compiler that builds them instead of the kernel's own (empty: the
+# kernel's own).
+LAB_KERNEL="${LAB_KERNEL:-6.12}"
+kroot_suite="" kcc_host=""
+case "$LAB_KERNEL" in
+5.10) ksuite=bullseye-security kcc_host=gcc-12 ;;
+6.1) ksuite=bookworm ;;
+6.12) ksuite=bookworm-backports ;;
+7.3) ksuite=trixie-backports kroot_suite=trixie ;;
+*) echo "kernel-lab: LAB_KERNEL=$LAB_KERNEL: one of 5.10, 6.1, 6.12 (the default), 7.3" >&2; exit 1 ;;
+esac
 t0=$(date +%s)
 export DEBIAN_FRONTEND=noninteractive
 
 # 1. Installs (scripts/deps.sh lab: QEMU and its firmware from bookworm-backports, the
 # module toolchain, python3-venv).
 scripts/deps.sh lab
-bpo=/etc/apt/sources.list.d/ib-sriov-bookworm-backports.list
-if ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$bpo"
-    apt-get update -qq
-fi
+# The kernel: the newest of the LAB_KERNEL series in its Debian suite, found and
+# downloaded with apt through a private sources list of only that suite, on this
+# machine's own Debian mirror (scripts/debian-sources.sh; the host's apt sources are not
+# changed), and only unpacked under $LAB_DIR.
+. scripts/debian-sources.sh
+aptdir="$LAB_DIR/apt"
+suite_apt_update "$aptdir" "$ksuite" || { echo "kernel-lab: apt-get update of $ksuite failed" >&2; exit 1; }
+# linux-image-<series>.<x>[-<abi>]-amd64 (not -cloud, -rt, -dbg, -unsigned), the highest.
 kernel_pkg() {
-    apt-cache depends linux-image-amd64/bookworm-backports 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
+    suite_apt "$aptdir" "$ksuite" apt-cache pkgnames "linux-image-$LAB_KERNEL" 2>/dev/null |
+        grep -E "^linux-image-${LAB_KERNEL//./\\.}[.-][^-]*(-[0-9]+)?-amd64$" | sort -V | tail -n 1
 }
 pkg="$(kernel_pkg)"
-if [[ -z "$pkg" ]]; then
-    apt-get update -qq
-    pkg="$(kernel_pkg)"
-fi
-[[ -n "$pkg" ]] || { echo "kernel-lab: no linux-image-amd64 in bookworm-backports" >&2; exit 1; }
+[[ -n "$pkg" ]] || { echo "kernel-lab: no linux-image-$LAB_KERNEL.*-amd64 in $ksuite" >&2; exit 1; }
 kver="${pkg#linux-image-}"
+# The versioned packages a package depends on (7.3's image is split into linux-binary-,
+# linux-modules- and linux-base-<version>; a headers package needs its -common tree and
+# kbuild), not the compiler's meta package.
+kernel_deps() {
+    suite_apt "$aptdir" "$ksuite" apt-cache depends "$@" 2>/dev/null |
+        awk '$1 == "Depends:" && $2 ~ /^linux-[a-z]+-[0-9]/ && $2 !~ /^linux-compiler-/ { print $2 }' | sort -u
+}
+# Download $2... into a temporary directory and unpack every .deb into $1.
+unpack_debs() {
+    local into="$1" dl
+    shift
+    dl="$(mktemp -d)"
+    chmod 755 "$dl"
+    (cd "$dl" && suite_apt "$aptdir" "$ksuite" apt-get download -qq "$@") ||
+        { rm -rf "$dl"; echo "kernel-lab: cannot download $* from $ksuite" >&2; return 1; }
+    rm -rf "$into"
+    mkdir -p "$into"
+    for f in "$dl"/*.deb; do dpkg-deb -x "$f" "$into"; done
+    rm -rf "$dl"
+}
 qemu_ver() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true; }
 kroot="$LAB_DIR/kernel-$kver"
+# 7.3's linux-binary ships the image as /usr/lib/modules/<version>/vmlinuz, the others
+# as /boot/vmlinuz-<version>.
 vmlinuz="$kroot/boot/vmlinuz-$kver"
+[[ -f "$vmlinuz" || ! -f "$kroot/usr/lib/modules/$kver/vmlinuz" ]] || vmlinuz="$kroot/usr/lib/modules/$kver/vmlinuz"
 if [[ ! -f "$kroot/.unpacked" ]]; then
-    dl="$(mktemp -d)"
-    (cd "$dl" && apt-get download -qq "$pkg" 2>/dev/null)
-    rm -rf "$kroot"
-    mkdir -p "$kroot"
-    dpkg-deb -x "$dl"/linux-image-*.deb "$kroot"
+    mapfile -t kpkgs < <(kernel_deps "$pkg")
+    unpack_debs "$kroot" "$pkg" "${kpkgs[@]}" || exit 1
+    # depmod -b reads <base>/lib/modules: a package that ships /usr/lib/modules gets a link.
+    if [[ ! -d "$kroot/lib/modules/$kver" && -d "$kroot/usr/lib/modules/$kver" ]]; then
+        mkdir -p "$kroot/lib"
+        ln -sfn ../usr/lib/modules "$kroot/lib/modules"
+    fi
+    [[ -f "$vmlinuz" ]] || vmlinuz="$kroot/usr/lib/modules/$kver/vmlinuz"
+    [[ -f "$vmlinuz" ]] || { echo "kernel-lab: $pkg ${kpkgs[*]} hold no boot/vmlinuz-$kver nor usr/lib/modules/$kver/vmlinuz" >&2; exit 1; }
     depmod -b "$kroot" "$kver"
-    rm -rf "$dl"
     touch "$kroot/.unpacked"
 fi
-# The kernel's headers, for the test-only module (tests/kmod): downloaded and unpacked
+# The kernel's headers, for the test-only modules (tests/kmod): downloaded and unpacked
 # under $LAB_DIR, not installed (the headers package pulls in the kernel image, initramfs
 # tools and more). The amd64 tree's Makefile includes the -common tree by absolute path;
 # it is pointed at the unpacked copy, so nothing outside $LAB_DIR is needed.
-kbase="${kver%-amd64}"
 hroot="$LAB_DIR/headers-$kver"
 kbuild_dir="$hroot/usr/src/linux-headers-$kver"
 if [[ ! -f "$hroot/.unpacked" ]]; then
-    dl="$(mktemp -d)"
-    chmod 755 "$dl"
-    hpkgs=("linux-headers-$kver" "linux-headers-$kbase-common" "linux-kbuild-$kbase")
-    (cd "$dl" && apt-get download -qq "${hpkgs[@]}" 2>/dev/null) ||
-        (apt-get update -qq && cd "$dl" && apt-get download -qq "${hpkgs[@]}" 2>/dev/null) ||
-        { echo "kernel-lab: cannot download ${hpkgs[*]}" >&2; exit 1; }
-    rm -rf "$hroot"
-    mkdir -p "$hroot"
-    for f in "$dl"/*.deb; do dpkg-deb -x "$f" "$hroot"; done
-    sed -i "s|^include /usr/src/|include $hroot/usr/src/|" "$kbuild_dir/Makefile"
-    rm -rf "$dl"
+    mapfile -t hpkgs < <(kernel_deps "linux-headers-$kver")
+    mapfile -t hpkgs2 < <(kernel_deps "${hpkgs[@]}")
+    mapfile -t hpkgs < <(printf '%s\n' "${hpkgs[@]}" "${hpkgs2[@]}" | sort -u)
+    unpack_debs "$hroot" "linux-headers-$kver" "${hpkgs[@]}" || exit 1
+    # `include /usr/src/...-common/Makefile`, and 7.3's `KBUILD_OUTPUT=/usr/src/...`.
+    sed -i "s|^include /usr/src/|include $hroot/usr/src/|; s|^KBUILD_OUTPUT=/usr/src/|KBUILD_OUTPUT=$hroot/usr/src/|" "$kbuild_dir/Makefile"
     touch "$hroot/.unpacked"
 fi
-# The kernel was built with gcc-12 (CONFIG_CC_VERSION_TEXT; the headers' Makefile calls
-# x86_64-linux-gnu-gcc-12), bookworm's gcc; module BTF needs pahole, ELF tools libelf.
+# The compiler the kernel was built with (CONFIG_CC_VERSION_TEXT, e.g. `gcc-12 (Debian
+# 12.2.0-14) 12.2.0`; the headers' Makefile calls x86_64-linux-gnu-gcc-<N>). Bookworm's
+# gcc-12 (scripts/deps.sh lab) builds for 6.1 and 6.12. For a kernel whose compiler or
+# kbuild tools bookworm lacks (7.3: gcc-14, and kbuild tools that need glibc 2.38), the
+# modules are built in a Debian root of the kernel's own release ($kroot_suite, made
+# once with mmdebstrap from the machine's Debian mirror, under $LAB_DIR/root-<suite>).
 kcc="$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\([^ ]*\) .*/\1/p' "$kbuild_dir/.config")"
-command -v "$kcc" >/dev/null || { echo "kernel-lab: the kernel's compiler $kcc is missing (scripts/deps.sh lab installs gcc-12)" >&2; exit 1; }
+kcc_pkg="gcc-${kcc##*gcc-}"
+build_root=""
+if [[ -n "$kroot_suite" ]]; then
+    build_root="$LAB_DIR/root-$kroot_suite"
+    if [[ ! -f "$build_root/.ready" ]]; then
+        rm -rf "$build_root"
+        mmdebstrap --quiet --variant=minbase --include="$kcc_pkg,make,libc6-dev,libelf-dev,pahole,kmod" \
+            "$kroot_suite" "$build_root" "deb $(debian_uri "$kroot_suite") $kroot_suite main" ||
+            { echo "kernel-lab: mmdebstrap of a $kroot_suite root with $kcc_pkg failed" >&2; exit 1; }
+        touch "$build_root/.ready"
+    fi
+    [[ -x "$build_root/usr/bin/$kcc" ]] || { echo "kernel-lab: $build_root has no $kcc" >&2; exit 1; }
+else
+    # 5.10 was built with bullseye's gcc-10; bookworm's gcc-12 builds its modules as well
+    # (same vermagic: `5.10.0-<abi>-amd64 SMP mod_unload modversions`), with CC= given.
+    kcc="${kcc_host:-$kcc}"
+    command -v "$kcc" >/dev/null || { echo "kernel-lab: the kernel's compiler $kcc is missing (scripts/deps.sh lab installs gcc-12)" >&2; exit 1; }
+fi
 # virtme-ng gives the guest the modules of /lib/modules/<version> of the host's root.
 mkdir -p /lib/modules
 [[ -e "/lib/modules/$kver" && ! -L "/lib/modules/$kver" ]] ||
@@ -542,7 +606,19 @@ tests/libcni/build.sh "$out/dra-standin" ./dra-standin 2>>"$out/build.log" || {
 kmod_dir="$out/kmod"
 mkdir -p "$kmod_dir"
 cp tests/kmod/Kbuild tests/kmod/*.c "$kmod_dir/"
-make -C "$kbuild_dir" M="$kmod_dir" modules >>"$out/build.log" 2>&1 || {
+kmake() {
+    if [[ -z "$build_root" ]]; then
+        make -C "$kbuild_dir" M="$kmod_dir" ${kcc_host:+CC="$kcc_host"} modules
+    else
+        # In a private mount namespace (nothing to undo): the headers at their own path
+        # and the run's module directory bound into the build root; /proc for objtool.
+        mkdir -p "$build_root$hroot" "$build_root/lab-kmod"
+        unshare --mount --propagation private sh -c 'mount --bind "$1" "$2$1" && mount --bind "$3" "$2/lab-kmod" &&
+            mount -t proc proc "$2/proc" &&
+            exec chroot "$2" make -C "$4" M=/lab-kmod modules' sh "$hroot" "$build_root" "$kmod_dir" "$kbuild_dir"
+    fi
+}
+kmake >>"$out/build.log" 2>&1 || {
     cat "$out/build.log" >&2
     echo "kernel-lab: building the test modules of tests/kmod failed" >&2
     exit 1

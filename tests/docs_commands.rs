@@ -185,3 +185,125 @@ fn sriov_cni_bin_path_defaults_agree_everywhere() {
         "install.md, upgrading.md and the canary manifest: {mentions}"
     );
 }
+
+/// Issue 51 item 5: no script names a Debian mirror host in the apt sources it writes
+/// (`deb http://deb.debian.org/... bookworm-backports main` was written by
+/// scripts/deps.sh and scripts/kernel-lab.sh); the mirror is the one of the machine's own
+/// Debian sources (scripts/debian-sources.sh `debian_uri`). Every line of scripts/ and
+/// .ci/ is checked for a one-line source with a literal URI (`deb http...`,
+/// `deb-src http...`, `deb [opts] http...`), a deb822 `URIs: http...` and the host
+/// `deb.debian.org` itself; comments are not exempt (a comment's source line is copied).
+#[test]
+fn no_script_writes_a_mirror_host_into_apt_sources() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["scripts", ".ci"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            let words: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                .filter(|w| !w.is_empty())
+                .collect();
+            let literal_source = words.windows(2).any(|w| {
+                (w[0] == "deb" || w[0] == "deb-src" || w[0] == "URIs:" || w[0].ends_with(']'))
+                    && w[1].contains("://")
+            });
+            if literal_source || line.contains("deb.debian.org") {
+                found.push(format!(
+                    "{}:{}: {}",
+                    f.strip_prefix(root).unwrap().display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// `debian_uri SUITE` (scripts/debian-sources.sh) reads the machine's own sources,
+/// deb822 (`/etc/apt/sources.list.d/*.sources`) and one-line (`sources.list`, `*.list`):
+/// a release suite gets the URI of a release source, a `*-security` suite that of a
+/// security source; comments and `Enabled: no` stanzas are skipped; with no Debian
+/// source it fails with a message (it never falls back to a host of its own).
+#[test]
+fn the_mirror_comes_from_the_machine_s_own_debian_sources() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = |etc: &Path, suites: &str| -> Output {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". scripts/debian-sources.sh && for s in {suites}; do debian_uri $s || exit 1; done"
+            ))
+            .current_dir(root)
+            .env("DEBIAN_SOURCES_ROOT", etc)
+            .output()
+            .expect("bash")
+    };
+    let write = |d: &Path, name: &str, body: &str| {
+        let p = d.join("etc/apt").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    };
+    // deb822, as Debian 12's installer writes it (and this machine has).
+    let d822 = tempfile::tempdir().unwrap();
+    write(
+        d822.path(),
+        "sources.list.d/debian.sources",
+        "Types: deb\n# http://snapshot.example/archive/debian/20250520T000000Z\n\
+         URIs: http://mirror-a.example/debian\nSuites: bookworm bookworm-updates\n\
+         Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+         Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n\n\
+         Types: deb\nURIs: https://mirror-a.example/debian-security\n\
+         Suites: bookworm-security\nComponents: main\n",
+    );
+    let out = run(
+        d822.path(),
+        "bookworm-backports trixie-backports bullseye-security",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "http://mirror-a.example/debian\nhttp://mirror-a.example/debian\n\
+         https://mirror-a.example/debian-security\n"
+    );
+    // One-line sources.list, with options.
+    let d1 = tempfile::tempdir().unwrap();
+    write(
+        d1.path(),
+        "sources.list",
+        "# deb http://commented.example/debian bookworm main\n\
+         deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://mirror-b.example/debian bookworm main\n\
+         deb http://mirror-b.example/debian-security bookworm-security main\n",
+    );
+    let out = run(d1.path(), "bookworm-backports bullseye-security");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "http://mirror-b.example/debian\nhttp://mirror-b.example/debian-security\n"
+    );
+    // No Debian source at all: an error naming where it looked, no guess.
+    let none = tempfile::tempdir().unwrap();
+    write(none.path(), "sources.list", "# nothing\n");
+    let out = run(none.path(), "bookworm-backports");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+    assert!(
+        text(&out).contains("no Debian release source"),
+        "{}",
+        text(&out)
+    );
+}

@@ -91,6 +91,48 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_mad.h>
 #include <rdma/ib_pma.h>
+#include <linux/version.h>
+
+/*
+ * Older kernels (the lab's LAB_KERNEL=5.10, docs/testing.md): the same driver against
+ * the ib_core and PCI interfaces they have.
+ * - Port numbers are u8 before 5.13 (upstream 1fb7f8973f51, "RDMA: Support more than
+ *   255 rdma ports").
+ * - Hw counters: alloc_hw_stats(dev, port) (port 0: the device's) before 5.14
+ *   (4b5f4d3fb408, "RDMA: Split the alloc_hw_stats() ops to port and device
+ *   variants"); counter names as a string array before 5.15 (13f30b0fa0a9, "RDMA/counter:
+ *   Add a descriptor in struct rdma_hw_stats").
+ * - pci_iov_vf_id() is 5.18's (21ca9fb62d46); before, the VF index is computed as it
+ *   does, from the PF's SR-IOV capability (First VF Offset, VF Stride; PCIe base spec
+ *   9.3.3.10-11), read from config space (5.10 exports neither pci_iov_virtfn_devfn()
+ *   nor struct pci_sriov).
+ */
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 13, 0)
+typedef u8 ibvf_port_t;
+#else
+typedef u32 ibvf_port_t;
+#endif
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 15, 0)
+#define IBVF_OLD_HW_STATS 1
+#endif
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 18, 0)
+static int pci_iov_vf_id(struct pci_dev *dev)
+{
+	struct pci_dev *pf = pci_physfn(dev);
+	int pos = pci_find_ext_capability(pf, PCI_EXT_CAP_ID_SRIOV);
+	u16 offset = 0, stride = 0;
+	int rid;
+
+	if (!pos)
+		return -EINVAL;
+	pci_read_config_word(pf, pos + PCI_SRIOV_VF_OFFSET, &offset);
+	pci_read_config_word(pf, pos + PCI_SRIOV_VF_STRIDE, &stride);
+	rid = ((dev->bus->number << 8) | dev->devfn) - ((pf->bus->number << 8) | pf->devfn) - offset;
+	if (rid < 0 || !stride || rid % stride)
+		return -EINVAL;
+	return rid / stride;
+}
+#endif
 
 #define IBVF_MAX_VFS 128
 #define IBVF_PKEY_TBL_LEN 4
@@ -357,12 +399,21 @@ struct ibvf_ipoib_priv {
  */
 enum { IBVF_RX_WRITE, IBVF_RX_READ, IBVF_RX_ATOMIC, IBVF_OUT_OF_BUFFER, IBVF_NUM_HW };
 
+#ifdef IBVF_OLD_HW_STATS
+static const char * const ibvf_hw_descs[IBVF_NUM_HW] = {
+	[IBVF_RX_WRITE] = "rx_write_requests",
+	[IBVF_RX_READ] = "rx_read_requests",
+	[IBVF_RX_ATOMIC] = "rx_atomic_requests",
+	[IBVF_OUT_OF_BUFFER] = "out_of_buffer",
+};
+#else
 static const struct rdma_stat_desc ibvf_hw_descs[IBVF_NUM_HW] = {
 	[IBVF_RX_WRITE] = { .name = "rx_write_requests" },
 	[IBVF_RX_READ] = { .name = "rx_read_requests" },
 	[IBVF_RX_ATOMIC] = { .name = "rx_atomic_requests" },
 	[IBVF_OUT_OF_BUFFER] = { .name = "out_of_buffer" },
 };
+#endif
 
 static netdev_tx_t ibvf_ipoib_xmit(struct sk_buff *skb, struct net_device *dev)
 {
@@ -392,7 +443,7 @@ static int ibvf_query_device(struct ib_device *d, struct ib_device_attr *a,
 	return 0;
 }
 
-static int ibvf_query_port(struct ib_device *d, u32 port, struct ib_port_attr *a)
+static int ibvf_query_port(struct ib_device *d, ibvf_port_t port, struct ib_port_attr *a)
 {
 	struct ibvf_dev *v = to_ibvf(d);
 	bool up = v->link_state != IFLA_VF_LINK_STATE_DISABLE;
@@ -410,7 +461,7 @@ static int ibvf_query_port(struct ib_device *d, u32 port, struct ib_port_attr *a
 	return 0;
 }
 
-static int ibvf_port_immutable(struct ib_device *d, u32 port,
+static int ibvf_port_immutable(struct ib_device *d, ibvf_port_t port,
 			       struct ib_port_immutable *im)
 {
 	im->pkey_tbl_len = IBVF_PKEY_TBL_LEN;
@@ -420,7 +471,7 @@ static int ibvf_port_immutable(struct ib_device *d, u32 port,
 	return 0;
 }
 
-static int ibvf_query_gid(struct ib_device *d, u32 port, int index, union ib_gid *gid)
+static int ibvf_query_gid(struct ib_device *d, ibvf_port_t port, int index, union ib_gid *gid)
 {
 	if (index)
 		return -EINVAL;
@@ -429,7 +480,7 @@ static int ibvf_query_gid(struct ib_device *d, u32 port, int index, union ib_gid
 	return 0;
 }
 
-static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
+static int ibvf_query_pkey(struct ib_device *d, ibvf_port_t port, u16 index, u16 *pkey)
 {
 	struct ibvf_dev *v = to_ibvf(d);
 
@@ -441,14 +492,18 @@ static int ibvf_query_pkey(struct ib_device *d, u32 port, u16 index, u16 *pkey)
 	return 0;
 }
 
-static struct rdma_hw_stats *ibvf_alloc_hw_port_stats(struct ib_device *d, u32 port)
+static struct rdma_hw_stats *ibvf_alloc_hw_port_stats(struct ib_device *d, ibvf_port_t port)
 {
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 14, 0)
+	if (!port)
+		return NULL;	/* no device-wide counters, only port 1's */
+#endif
 	return rdma_alloc_hw_stats_struct(ibvf_hw_descs, IBVF_NUM_HW,
 					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
 }
 
 static int ibvf_get_hw_stats(struct ib_device *d, struct rdma_hw_stats *stats,
-			     u32 port, int index)
+			     ibvf_port_t port, int index)
 {
 	memset(stats->value, 0, sizeof(u64) * IBVF_NUM_HW);
 	stats->value[IBVF_OUT_OF_BUFFER] = atomic64_read(&to_ibvf(d)->out_of_buffer);
@@ -465,7 +520,7 @@ static int ibvf_get_hw_stats(struct ib_device *d, struct rdma_hw_stats *stats,
  * netdev sends counts in port_xmit_data (its length / 4) and port_xmit_packets; the
  * receive side stays 0. PortCounters (32-bit) answers all zeros.
  */
-static int ibvf_process_mad(struct ib_device *d, int flags, u32 port,
+static int ibvf_process_mad(struct ib_device *d, int flags, ibvf_port_t port,
 			    const struct ib_wc *in_wc, const struct ib_grh *in_grh,
 			    const struct ib_mad *in, struct ib_mad *out,
 			    size_t *out_size, u16 *out_pkey_index)
@@ -512,7 +567,11 @@ static const struct ib_device_ops ibvf_ib_ops = {
 	.query_pkey = ibvf_query_pkey,
 	.disassociate_ucontext = ibvf_disassociate_ucontext,
 	.process_mad = ibvf_process_mad,
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 14, 0)
+	.alloc_hw_stats = ibvf_alloc_hw_port_stats,
+#else
 	.alloc_hw_port_stats = ibvf_alloc_hw_port_stats,
+#endif
 	.get_hw_stats = ibvf_get_hw_stats,
 };
 
