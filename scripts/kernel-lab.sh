@@ -5,7 +5,9 @@
 # The guest creates two igbvf VFs, loads rdma_rxe and runs every test of
 # tests/real_kernel.rs (they are #[ignore]d on the host) against the real /sys and the
 # real kernel's rtnetlink and RDMA netlink, one test per row of the printed table, with
-# systemd-udevd running as on a real node; then it rebinds both VFs to the mlx5-shaped test driver
+# systemd-udevd running as on a real node (on a kernel whose rxe is netns aware, also the
+# walk-through between two pods, tests/real_kernel/pods.rs: rows `pods::*`, `N/A`
+# elsewhere); then it rebinds both VFs to the mlx5-shaped test driver
 # tests/kmod/ibvf.c and runs the InfiniBand cases (tests/real_kernel/ib.rs; with
 # tests/real_kernel/rdma_chain.rs, rdma-cni's test-only stand-in tests/libcni/rdma-standin
 # chained after ib-sriov through libcni). Third, a PF
@@ -249,22 +251,59 @@ if [[ "${1:-}" == --guest ]]; then
         restore_vfs ibvf "$bigdir" big_vfs_list big_netdevs
     }
 
+    # Phase 1b, the walk-through between two pods (tests/real_kernel/pods.rs, rows
+    # `pods::*`), on igbvf before phase 2 rebinds the VFs: only on a kernel whose rxe
+    # has per-netns UDP sockets (drivers/infiniband/sw/rxe/rxe_ns.c, Debian's 7.3; its
+    # `rxe_ns_pernet_sk4` is in /proc/kallsyms once rdma_rxe is loaded). Elsewhere each
+    # case is a row `N/A`, with the reason, counted neither passed nor failed.
+    restore_pods() {
+        # Leftover rxe devices of a failed case (a pod netns deleted with its rxe
+        # device returns that device to the initial netns).
+        local ns d
+        for ns in $(ip netns list | awk '{ print $1 }'); do
+            for d in $(ip netns exec "$ns" rdma dev 2>/dev/null | awk '$2 ~ /^rxp/ { sub(":", "", $2); print $2 }'); do
+                ip netns exec "$ns" rdma link delete "$d" || true
+            done
+        done
+        for d in $(rdma dev 2>/dev/null | awk '$2 ~ /^rxp/ { sub(":", "", $2); print $2 }'); do
+            rdma link delete "$d" || true
+        done
+        echo "---- kernel log of $1"
+        dmesg -c | grep -v 'audit:' || true
+        restore_igbvf "$1"
+    }
+    pods_phase() {
+        (($#)) || return 0
+        if ! grep -qw rxe_ns_pernet_sk4 /proc/kallsyms; then
+            local t
+            for t in "$@"; do
+                row N/A "$t: kernel $(uname -r): its rdma_rxe has no per-netns sockets (no rxe_ns_pernet_sk4, drivers/infiniband/sw/rxe/rxe_ns.c), so an rxe device carries traffic only in the initial netns and cannot be moved into a pod (rdma dev set ... netns: Operation not supported on 6.12)" 0
+            done
+            return 0
+        fi
+        modprobe rdma_ucm || true
+        dmesg -c >/dev/null || true
+        run_tests restore_pods "$@"
+    }
+
     mapfile -t all < <("$testbin" --list --ignored --format terse | sed -n 's/: test$//p' |
         grep -E -- "${filter:-.}")
     # Phase 1, igbvf: the RDMA netns-mode round trip first (the kernel
     # refuses a mode change while any other network namespace exists, and the other
     # tests create and delete pod namespaces), then the rest as listed, but the IB cases.
-    ordered=() ib_tests=() big_tests=()
+    ordered=() ib_tests=() big_tests=() pods_tests=()
     for t in "${all[@]}"; do [[ "$t" == rdma_netns_mode* ]] && ordered+=("$t"); done
     for t in "${all[@]}"; do
         case "$t" in
         rdma_netns_mode*) ;;
+        pods::*) pods_tests+=("$t") ;;
         ib::big_pf::*) big_tests+=("$t") ;;
         ib::*) ib_tests+=("$t") ;;
         *) ordered+=("$t") ;;
         esac
     done
     run_tests restore_igbvf "${ordered[@]}"
+    pods_phase "${pods_tests[@]}"
 
     # Phase 2, the InfiniBand cases (tests/real_kernel/ib.rs): both VFs rebound through driver_override to the mlx5-shaped test driver (tests/kmod/ibvf.c),
     # which also puts the PF netdev ibpf0 (VF GUIDs and link state) on the PF.
@@ -689,7 +728,7 @@ echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $statu
 kill "$churn_pid" 2>/dev/null || true
 wait "$churn_pid" 2>/dev/null || true
 
-fail=0 pass=0 ntests=0
+fail=0 pass=0 na=0 ntests=0
 if [[ ! -f "$out/done" ]]; then
     echo "kernel-lab: the guest did not finish (no $out/done); console tail:" >&2
     tail -n 60 "$out/console.log" >&2 || true
@@ -700,8 +739,13 @@ echo
 printf '%-6s %7s  %s\n' RESULT SECONDS CHECK
 while IFS=$'\t' read -r res name secs; do
     printf '%-6s %7s  %s\n' "$res" "$secs" "$name"
-    [[ "$res" == PASS ]] && pass=$((pass + 1)) || fail=$((fail + 1))
     [[ "$name" == setup:* ]] || ntests=$((ntests + 1))
+    # Not applicable on this kernel (phase 1b): neither passed nor failed.
+    if [[ "$res" == N/A ]]; then
+        na=$((na + 1))
+        continue
+    fi
+    [[ "$res" == PASS ]] && pass=$((pass + 1)) || fail=$((fail + 1))
 done <"$out/results.tsv" 2>/dev/null || true
 echo
 # A row `<test><label>` (label ` #k` of a repeated run, ` @big-pf` of phase 3) has its
@@ -715,11 +759,14 @@ while IFS=$'\t' read -r res name _; do
 done <"$out/results.tsv" 2>/dev/null || true
 # The node-file case's figures (tests/real_kernel/churn.rs): call times under the churn.
 grep -h '^lab-figure: churn' "$out"/tests/*.log 2>/dev/null || true
+# The walk-through between two pods (tests/real_kernel/pods.rs): its figures and the
+# exporter's series before and after (the tools' whole output is in the cases' logs).
+grep -h '^lab-figure: between_pods' "$out"/tests/*.log 2>/dev/null || true
 if ((ntests == 0)); then
     echo "kernel-lab: no real-kernel test ran" >&2
     fail=$((fail + 1))
 fi
 t_end=$(date +%s)
 echo "kernel-lab: total $((t_end - t0)) s (installs $((t_install - t0)) s, builds $((t_build - t_install)) s, guest $((t_guest - t_build)) s); logs in $out"
-echo "kernel-lab: $pass passed, $fail failed"
+echo "kernel-lab: $pass passed, $fail failed$( ((na == 0)) || echo ", $na not applicable on this kernel")"
 ((fail == 0))

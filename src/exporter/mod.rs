@@ -12,10 +12,14 @@
 //! enters the netns with `setns(2)` only to create it). For such a device it reads the
 //! counter files from a sysfs mounted in the pod netns by a short-lived thread in a
 //! private mount namespace ([`stats::rdma_counters_in_netns`]), which changes nothing
-//! on the host. It takes no lock, creates, changes and removes no file, so it can never
-//! hold up a CNI call; a journal that is being written, removed or is unreadable is
-//! counted as such and skipped. Attachments whose pod netns is gone, or is another
-//! namespace than the one ADD recorded, are skipped (a pod deleted mid-scrape).
+//! on the host. An attachment whose VF has no RDMA device (an Ethernet VF) reports, in
+//! exclusive mode, the RDMA device its pod made on its netdev (an rxe device on `net1`
+//! moved into the pod netns, [`stats::pod_rdma_on_netdev`]) as its `rdma_device`, with
+//! that device's counters read the same way. It takes no lock, creates, changes and
+//! removes no file, so it can never hold up a CNI call; a journal that is being
+//! written, removed or is unreadable is counted as such and skipped. Attachments whose
+//! pod netns is gone, or is another namespace than the one ADD recorded, are skipped (a
+//! pod deleted mid-scrape).
 //!
 //! Every scrape reads the node afresh: nothing is kept between scrapes, so a deleted
 //! attachment's series are gone from the next scrape.
@@ -380,11 +384,31 @@ fn attachment(
         name: String::new(),
         uid: String::new(),
     });
-    let rdma = j
+    let mut rdma = j
         .rdma_device()
         .map(str::to_string)
         .or_else(|| j.rdma_devices.first().cloned())
         .unwrap_or_default();
+    // An attachment without an RDMA device of its VF (an Ethernet VF, e.g. igbvf) whose
+    // pod made one on its netdev: an rxe device created on `net1` and moved into the
+    // pod netns, in exclusive RDMA netns mode. Only in exclusive mode: in shared mode
+    // every netns sees every device, and every pod's netdev may be called `net1`.
+    let mut pod_rdma = false;
+    if rdma.is_empty() && !hwaddr.is_empty() {
+        if let Some(ns) = pod_ns.as_ref() {
+            if let Ok(Ok(mut sock)) = ns.run_in(crate::rdma::RdmaSocket::open) {
+                use crate::rdma::{NetnsMode, RdmaOps};
+                let exclusive = sock.netns_mode().ok() == Some(NetnsMode::Exclusive);
+                if exclusive && sock.list_devices().is_ok_and(|d| !d.is_empty()) {
+                    if let Some((dev, counters)) = stats::pod_rdma_on_netdev(ns.fd(), &j.ifname) {
+                        rdma = dev;
+                        a.rdma = counters;
+                        pod_rdma = true;
+                    }
+                }
+            }
+        }
+    }
     a.labels = vec![
         ("namespace", pod.namespace),
         ("pod", pod.name),
@@ -421,7 +445,7 @@ fn attachment(
             }
         }
     }
-    if !rdma.is_empty() {
+    if !rdma.is_empty() && !pod_rdma {
         let vf_dir = sysfs.pci_device_dir(j.vf);
         a.rdma = stats::rdma_counters(&vf_dir, &rdma);
         // Exclusive netns mode: ADD moved the device into the pod netns, where the

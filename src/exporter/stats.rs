@@ -257,6 +257,44 @@ pub fn rdma_counters(vf_dir: &Path, dev: &str) -> Vec<RdmaCounter> {
     out
 }
 
+/// The RDMA device under `<class_dir>/infiniband/` whose `parent` file names netdev
+/// `ifname`: a software RDMA device made on a netdev, as `rdma link add NAME type rxe
+/// netdev IFNAME` makes one (rxe's `parent` attribute, `parent_show()` in
+/// drivers/infiniband/sw/rxe/rxe_verbs.c, prints the name of the netdev it runs on; the
+/// device itself is virtual, `/sys/devices/virtual/infiniband/<dev>`, under no PCI
+/// device). Read in the sysfs of the netns the netdev is in, so the name is unique
+/// there. Devices in name order; the first match, `None` when none names it. Devices
+/// without a `parent` file (hardware RDMA devices) never match.
+pub fn rdma_device_on_netdev(class_dir: &Path, ifname: &str) -> Option<String> {
+    let rd = std::fs::read_dir(class_dir.join("infiniband")).ok()?;
+    let mut devs: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    devs.sort();
+    devs.into_iter().find(|d| {
+        let f = class_dir.join("infiniband").join(d).join("parent");
+        crate::fsutil::read_regular_bounded(&f, MAX_COUNTER)
+            .is_ok_and(|b| String::from_utf8_lossy(&b).trim() == ifname)
+    })
+}
+
+/// The RDMA device a pod made on its own netdev `ifname` and its counters (as
+/// [`rdma_counters`] reads them), both from a sysfs mounted in pod netns `ns` (see
+/// [`rdma_counters_in_netns`]): in exclusive RDMA netns mode an rxe device created on
+/// `net1` and moved into the pod netns (`rdma dev set DEV netns POD`) is visible only
+/// there. `None` when no device there names `ifname` as its `parent`
+/// ([`rdma_device_on_netdev`]) or a step of the mount is refused.
+pub fn pod_rdma_on_netdev(ns: BorrowedFd<'_>, ifname: &str) -> Option<(String, Vec<RdmaCounter>)> {
+    with_netns_sysfs(ns, |sys| {
+        let class = sys.join("class");
+        let dev = rdma_device_on_netdev(&class, ifname)?;
+        let counters = rdma_counters(&class, &dev);
+        Some((dev, counters))
+    })
+    .flatten()
+}
+
 /// The hw counters of each port of RDMA device `dev` as seen by `sock`'s netns (the
 /// socket must be created in the netns where the device is: nldev.c looks devices up
 /// in `sock_net()`): a `RDMA_NLDEV_CMD_GET` dump for the device's index and port count,
@@ -435,6 +473,37 @@ mod tests {
         );
         assert!(!links(Path::new("/sys")).contains(&"expveth0".to_string()));
         assert_eq!(mounts(), before, "no mount of this process changed");
+    }
+
+    /// An rxe device made on `net1` is found by its `parent` file; a hardware device
+    /// (no `parent`) and an rxe device on another netdev are not.
+    #[test]
+    fn the_rdma_device_on_a_netdev_is_found_by_its_parent() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = |name: &str, parent: Option<&str>| {
+            let p = d.path().join("infiniband").join(name);
+            std::fs::create_dir_all(p.join("ports/1/hw_counters")).unwrap();
+            std::fs::write(p.join("ports/1/hw_counters/sent_bytes"), "4096\n").unwrap();
+            if let Some(parent) = parent {
+                std::fs::write(p.join("parent"), format!("{parent}\n")).unwrap();
+            }
+        };
+        dev("mlx5_0", None);
+        dev("rxa", Some("eth0"));
+        dev("rxb", Some("net1"));
+        assert_eq!(
+            rdma_device_on_netdev(d.path(), "net1").as_deref(),
+            Some("rxb")
+        );
+        assert_eq!(rdma_device_on_netdev(d.path(), "net2"), None);
+        assert_eq!(rdma_device_on_netdev(d.path(), "mlx5_0"), None);
+        assert_eq!(
+            rdma_device_on_netdev(&d.path().join("absent"), "net1"),
+            None
+        );
+        let c = rdma_counters(d.path(), "rxb");
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].port.as_str(), c[0].value), ("1", 4096));
     }
 
     #[test]

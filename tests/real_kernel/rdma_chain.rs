@@ -33,7 +33,7 @@ fn whereabouts(vf: &str, rdma: &str, pod: &Pod) -> String {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|l| netdev_pci_in(&pod.name, l["ifname"].as_str().unwrap()).as_deref() == Some(vf))
+        .filter(|l| parent_of(Some(&pod.name), l) == vf)
         .map(|l| {
             format!(
                 "pod {} (ifindex {})",
