@@ -355,17 +355,33 @@ fn the_folder_checker_sees_planted_circles() {
     let f = tmp.join("src/f");
     std::fs::create_dir_all(f.join("d")).unwrap();
     let w = |p: &str, s: &str| std::fs::write(f.join(p), s).unwrap();
-    w("mod.rs", "mod a;\nmod b;\nmod c;\nmod d;\npub use c::{Thing, Other as O};\nuse a::X;\n");
+    w(
+        "mod.rs",
+        "mod a;\nmod b;\nmod c;\nmod d;\npub use c::{Thing, Other as O};\nuse a::X;\n",
+    );
     // a -> b by a use group (over two lines), b -> c by a crate path.
-    w("a.rs", "use super::{\n    b::B,\n    Ctx,\n};\n// super::d is a comment\n");
-    w("b.rs", "fn f() { crate::f::c::g(); super::super::other::x(); }\n");
+    w(
+        "a.rs",
+        "use super::{\n    b::B,\n    Ctx,\n};\n// super::d is a comment\n",
+    );
+    w(
+        "b.rs",
+        "fn f() { crate::f::c::g(); super::super::other::x(); }\n",
+    );
     w("c.rs", "pub struct Thing;\npub struct Other;\n");
     // d (a folder) -> a from its nested file.
     w("d/mod.rs", "mod e;\n");
-    w("d/e.rs", "use super::super::a::X;\nuse super::sibling_of_e;\n");
+    w(
+        "d/e.rs",
+        "use super::super::a::X;\nuse super::sibling_of_e;\n",
+    );
     let src = tmp.join("src");
     let g = folder_graph(&src, &f);
-    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let set = |v: &[&str]| {
+        v.iter()
+            .map(|s| s.to_string())
+            .collect::<BTreeSet<String>>()
+    };
     assert_eq!(g["a"], set(&["b"]));
     assert_eq!(g["b"], set(&["c"]));
     assert_eq!(g["c"], set(&[]));
@@ -373,6 +389,9 @@ fn the_folder_checker_sees_planted_circles() {
     assert!(folder_circles(&src).is_empty());
     // c -> a through the item mod.rs re-exports from a (`super::X`): a circle a, b, c.
     w("c.rs", "fn h() -> super::X { todo!() }\n");
-    assert_eq!(folder_circles(&src), vec!["src/f: a -> b -> c -> a".to_string()]);
+    assert_eq!(
+        folder_circles(&src),
+        vec!["src/f: a -> b -> c -> a".to_string()]
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }
