@@ -257,7 +257,7 @@ fn terminal() -> std::io::Result<ratatui::DefaultTerminal> {
 
 fn live(
     terminal: &mut ratatui::DefaultTerminal,
-    paths: &crate::doctor::collect::Paths,
+    paths: &crate::doctor::paths::Paths,
     every: Duration,
 ) -> std::io::Result<()> {
     let mut prev: HashMap<String, (u64, u64)> = HashMap::new();

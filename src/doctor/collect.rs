@@ -3,6 +3,7 @@
 //! stores. No lock is taken, nothing is written. Whatever cannot be read becomes a
 //! [`Note`], never an error.
 
+use super::paths::Paths;
 use super::report::{Holder, IpamNetwork, Module, Netdev, Node, Pf, Report, Vf};
 use crate::journal::{Journal, JournalStore, Step};
 use crate::netlink::Netlink;
@@ -14,54 +15,6 @@ use std::path::{Path, PathBuf};
 
 /// Largest `/proc` or sysfs attribute read, in bytes.
 const MAX_ATTR: u64 = 4096;
-
-/// Where the doctor reads, all under one host root.
-#[derive(Debug, Clone)]
-pub struct Paths {
-    /// The host root (`/`, or `--host-root`).
-    pub root: PathBuf,
-    /// `<root>/sys`, or `$IB_SRIOV_SYSFS_ROOT` without `--host-root`.
-    pub sys: PathBuf,
-    /// Each `--state-dir`, as the node names it; read besides the default
-    /// `/run/ib-sriov` and every stateDir the CNI configurations name
-    /// ([`super::holders::discover`]).
-    pub extra_state: Vec<PathBuf>,
-    /// The Go plugin's cache, also where earlier versions of ours journaled:
-    /// `<root>/var/lib/cni/ib-sriov`.
-    pub legacy: PathBuf,
-    /// The default built-in IPAM data dir: `<root>/var/lib/cni/networks`.
-    pub networks: PathBuf,
-    /// The operator's VF GUID file: `<root>/etc/sriov-operator/infiniband/guids`.
-    pub guid_file: PathBuf,
-    /// Where `--conf` looks for delegated IPAM plugins, as the runtime's `CNI_PATH`
-    /// would, as the node names the directories (each read under the root): what the
-    /// node's runtime configuration says ([`super::cnipath::of_node`]), or `--cni-path`.
-    pub cni_path: super::cnipath::CniPath,
-}
-
-impl Paths {
-    /// The paths under `root`; `sys` overridden when given.
-    pub fn under(root: &Path, sys: Option<PathBuf>) -> Paths {
-        Paths {
-            root: root.to_path_buf(),
-            sys: sys.unwrap_or_else(|| root.join("sys")),
-            extra_state: Vec::new(),
-            legacy: root.join("var/lib/cni/ib-sriov"),
-            networks: root.join("var/lib/cni/networks"),
-            guid_file: root.join(
-                crate::vfguid::DEFAULT_GUID_FILE
-                    .strip_prefix('/')
-                    .unwrap_or_default(),
-            ),
-            cni_path: super::cnipath::of_node(root),
-        }
-    }
-
-    /// A host path (absolute, as recorded in a journal) under the root.
-    pub fn host(&self, p: &Path) -> PathBuf {
-        self.root.join(p.strip_prefix("/").unwrap_or(p))
-    }
-}
 
 /// Something the doctor could not read or judge from the report alone, for the findings.
 #[derive(Debug, Clone)]

@@ -27,7 +27,7 @@
 //! no journal answers, and any source that could not be read, leave a VF without a
 //! netdev "holder unknown" ([`super::findings`]), with read-only advice.
 
-use super::collect::Paths;
+use super::paths::Paths;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

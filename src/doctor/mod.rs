@@ -15,6 +15,7 @@ pub mod holders;
 pub mod input;
 pub mod kernel;
 pub mod node_defaults;
+pub mod paths;
 pub mod report;
 pub mod text;
 
@@ -147,7 +148,7 @@ pub fn run(args: &[String]) -> i32 {
         Some(_) => None,
         None => Some(crate::sysfs::Sysfs::from_env().root().to_path_buf()),
     };
-    let mut paths = collect::Paths::under(&root, sys);
+    let mut paths = paths::Paths::under(&root, sys);
     paths.extra_state = a.state_dirs.clone();
     if let Some(g) = &a.guid_file {
         paths.guid_file = paths.host(g);
@@ -176,7 +177,7 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 /// The whole report for the node under `paths`, with `conf` validated when given.
-pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Report {
+pub fn diagnose(paths: &paths::Paths, conf: Option<&std::path::Path>) -> Report {
     let (mut report, notes) = collect::collect(paths);
     // A test host has no RDMA subsystem: the `failpoints` build takes the mode from the
     // fail point `doctor.rdma_netns_mode` ([`crate::failpoint::value_at`]).
@@ -262,7 +263,7 @@ pub fn diagnose(paths: &collect::Paths, conf: Option<&std::path::Path>) -> Repor
 /// `spec.config` is `conf-nad-node-file` (info): its configuration is on the nodes.
 fn check_conf(
     path: &std::path::Path,
-    paths: &collect::Paths,
+    paths: &paths::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
     rdma_mode: Option<&str>,
 ) -> (Vec<ConfCheck>, Vec<Finding>) {
@@ -454,7 +455,7 @@ impl Verdict {
 /// `logFile` outside it is a warning, as ADD logs it), the IPAM configuration (the
 /// built-in one parsed, every error of it ([`crate::ipam::config_errors`]), with the
 /// warnings it logs, [`crate::ipam::config_warnings`]; `dhcp` refused; a delegated
-/// plugin looked up where the node's runtime looks ([`collect::Paths::cni_path`]), under
+/// plugin looked up where the node's runtime looks ([`paths::Paths::cni_path`]), under
 /// the host root, as ADD looks it up in the runtime's `CNI_PATH`), and, when it names a
 /// device, the device under the host root (`--host-root`) with its vfio mode
 /// ([`crate::plugin::device_and_mode`]) and the warnings ADD logs about it
@@ -471,7 +472,7 @@ impl Verdict {
 /// The checks run in ADD's order, so the first error is the one ADD answers.
 fn conf_verdict(
     e: &serde_json::Value,
-    paths: &collect::Paths,
+    paths: &paths::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
 ) -> Verdict {
     let mut v = Verdict::default();
@@ -582,7 +583,7 @@ fn conf_verdict(
 fn device_checks(
     conf: &crate::config::NetConf,
     addr: crate::types::PciAddress,
-    paths: &collect::Paths,
+    paths: &paths::Paths,
     vf_guids: &BTreeMap<String, Option<crate::types::Guid>>,
     guid_rule: bool,
     warnings: &mut Vec<String>,
@@ -774,7 +775,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","plugins":[{"type":"ib-sriov","pkey":"0x1ffff"},{"type":"tuning"}]}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None);
+        let paths = paths::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].name == "ibnet", "{checks:?}");
@@ -787,7 +788,7 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"ibnet","type":"ib-sriov"}"#,
         )
         .unwrap();
-        let paths = collect::Paths::under(d.path(), None);
+        let paths = paths::Paths::under(d.path(), None);
         let (checks, f) = check_conf(&p, &paths, &BTreeMap::new(), None);
         assert!(checks[0].ok && f.is_empty(), "{checks:?} {f:?}");
         std::fs::write(&p, "{garbage").unwrap();

@@ -5,7 +5,7 @@
 //! ADD cannot disagree. A default that makes such an ADD fail is an error finding
 //! (`node-default-fails-add`): the admin put it there for every network of the node.
 
-use super::collect::Paths;
+use super::paths::Paths;
 use super::report::{Finding, Report, Severity};
 use crate::policy::{NodeDefaults, NODE_FILE};
 

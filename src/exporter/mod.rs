@@ -27,7 +27,8 @@
 pub mod stats;
 
 use crate::callmetrics::{self, BUCKETS_LE, VERBS};
-use crate::doctor::collect::{self as dc, Paths};
+use crate::doctor::collect as dc;
+use crate::doctor::paths::Paths;
 use crate::journal::{Journal, Step};
 use crate::netns::NetNs;
 use crate::process::{flag, print_err, print_out, Flag};
@@ -124,7 +125,7 @@ pub fn parse_args(args: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-/// The paths read, as `ib-sriov doctor` reads them ([`crate::doctor::collect::Paths`]).
+/// The paths read, as `ib-sriov doctor` reads them ([`crate::doctor::paths::Paths`]).
 pub fn paths(a: &Args) -> Paths {
     let root = a.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let sys = match a.host_root {

@@ -223,7 +223,7 @@ fn clear_dead_holder(
             format!("VF {vf_addr} is held by an attachment whose {e}"),
         )),
         None => {
-            if let Some(go) = super::upgrade::holder_of(ctx, vf_addr) {
+            if let Some(go) = super::go_dirs::holder_of(ctx, vf_addr) {
                 let in_host = go.vfio || steps::find_in_host(host, vf_addr, None)?.is_some();
                 if !in_host {
                     let by = if go.ours.is_some() {

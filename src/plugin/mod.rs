@@ -7,6 +7,7 @@ mod check;
 mod del;
 pub mod errors;
 pub mod gc;
+mod go_dirs;
 pub mod go_index;
 pub mod rdma;
 pub mod rebind_queue;

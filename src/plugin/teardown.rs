@@ -91,7 +91,7 @@ pub(super) fn load_locked(
 /// host shows that someone else ended the attachment, so the journal is dropped without
 /// touching the VF: the Go plugin's DEL after a rollback left the VF as it leaves it
 /// (`steps::as_go_left`), or an attachment the Go plugin made since holds the VF (its
-/// cache file names it: `upgrade::holder_of`). `Ok(false)`: something of the attachment
+/// cache file names it: `go_dirs::holder_of`). `Ok(false)`: something of the attachment
 /// is still on the VF (no netdev, the netdev still in the pod, the pod's name, GUID or
 /// link state): the caller runs its own undo, which checks each step's state (the
 /// recovery rebind, name, GUID, link state, IPAM); a newer attachment of ours holding
@@ -104,7 +104,7 @@ fn gone_file_done(
     path: &std::path::Path,
 ) -> Result<bool, CniError> {
     let (cid, ifname, vf, path) = (&j.container_id, &j.ifname, j.vf, path.display());
-    if let Some(go) = super::upgrade::holder_of(ctx, vf) {
+    if let Some(go) = super::go_dirs::holder_of(ctx, vf) {
         log::warn!(
             "the Go plugin cache file {path} of {cid}/{ifname} is gone and VF {vf} is held by an attachment the Go ib-sriov-cni made since ({}): dropping the journal without touching the VF",
             go.path.display()

@@ -22,6 +22,7 @@
 //! VF's before it is moved (its parent device, and the GUID ADD set in its IPoIB address)
 //! where Go takes whatever has the name; an empty `CNI_NETNS` does not skip the work.
 
+use super::go_dirs::dirs;
 use super::steps::{ns_id, Host};
 use super::teardown::teardown_locked;
 use super::Ctx;
@@ -31,26 +32,6 @@ use crate::journal::{Journal, NetdevId, Step, JOURNAL_VERSION};
 use crate::netlink::Netlink;
 use crate::netns::NetNs;
 use crate::types::{format_hwaddr, Guid, LinkState, VfIndex};
-use std::path::{Path, PathBuf};
-
-/// Where a Go cache of this attachment may be: the configured `stateDir` (the Go
-/// plugin's own directory was the default of earlier versions), `goCacheDir` and the
-/// Go plugin's fixed directory, each once.
-fn dirs(ctx: &Ctx) -> Vec<PathBuf> {
-    let mut d = vec![ctx.conf.state_dir.clone()];
-    for go in [
-        ctx.conf.go_cache_dir.clone(),
-        Some(PathBuf::from(gocache::GO_CACHE_DIR)),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if !d.contains(&go) {
-            d.push(go);
-        }
-    }
-    d
-}
 
 /// The Go cache of the call's attachment, if any.
 ///
@@ -156,25 +137,6 @@ pub(super) fn drop_ours(go: &GoAttachment) -> Result<(), CniError> {
                 format!("removing {}: {e}", go.path.display()),
             )
         })
-}
-
-/// The attachment holding VF `vf` that a Go cache file records, in a directory the Go
-/// plugin writes: `goCacheDir` and the Go plugin's fixed directory (the stateDir too
-/// when it is one of them; the Go plugin writes nowhere else, `config.DefaultCNIDir`).
-/// Either one the Go plugin wrote, or one our ADD wrote in this boot that our own
-/// records no longer know (the caller found no journal of ours holding the VF, so that
-/// file is all that is left of an attachment whose journal went with its `stateDir`).
-/// Found through each directory's index ([`super::go_index`]): a node's own rollback
-/// files are not read again at every ADD.
-pub(super) fn holder_of(ctx: &Ctx, vf: crate::types::PciAddress) -> Option<GoAttachment> {
-    let go: Vec<PathBuf> = dirs(ctx)
-        .into_iter()
-        .filter(|d| {
-            Some(d) == ctx.conf.go_cache_dir.as_ref()
-                || d.as_path() == Path::new(gocache::GO_CACHE_DIR)
-        })
-        .collect();
-    super::go_index::holder(ctx.store.dir(), &go, vf)
 }
 
 /// Finishes what the DEL of the Go plugin's attachment `go` would do to its VF, for an

@@ -132,6 +132,13 @@ pub(super) fn with_path(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
+/// The PCI address a (resolved) device directory is named after: the last component of
+/// `<root>/devices/.../<BDF>` parsed as a BDF (`dddd:bb:dd.f`); `None` when it is not one.
+/// Shared by [`pci`] (a PF's or VF's directory) and [`netdev`] (a netdev's `device`).
+pub(super) fn pci_address_of_dir(dir: &Path) -> Option<PciAddress> {
+    dir.file_name()?.to_str()?.parse().ok()
+}
+
 /// Sorted entry names of `dir`; empty when it does not exist.
 pub(super) fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
     let rd = match fs::read_dir(dir) {

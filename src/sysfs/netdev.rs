@@ -6,7 +6,7 @@
 //! include/uapi/linux/if_arp.h (ARPHRD_INFINIBAND = 32). Entries under `net/` are per
 //! network namespace (net/core/net-sysfs.c `net_namespace()` tagging).
 
-use super::{check_name, list_dir, pci::pci_address_of_dir, read_optional, read_parsed, with_path};
+use super::{check_name, list_dir, pci_address_of_dir, read_optional, read_parsed, with_path};
 use super::{DiscoveryError, Sysfs};
 use crate::types::PciAddress;
 use std::fs;

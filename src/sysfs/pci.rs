@@ -8,7 +8,7 @@
 use super::driver::{read_driver, VFIO_PCI_DRIVER};
 use super::netdev::pick_pf_netdev;
 use super::rdma::read_pkeys;
-use super::{list_dir, with_path, DiscoveryError, Sysfs};
+use super::{list_dir, pci_address_of_dir, with_path, DiscoveryError, Sysfs};
 use crate::types::{PciAddress, VfIndex};
 use std::fs;
 use std::io;
@@ -200,11 +200,6 @@ impl Sysfs {
         }
         Ok(out)
     }
-}
-
-/// The PCI address a (resolved) device directory is named after.
-pub(super) fn pci_address_of_dir(dir: &Path) -> Option<PciAddress> {
-    dir.file_name()?.to_str()?.parse().ok()
 }
 
 /// `(N, <dir>/virtfn<N>)` for every `virtfn<N>` entry of a PF directory, sorted by N.
