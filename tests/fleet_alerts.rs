@@ -265,6 +265,40 @@ fn attachments_with(f: &Fleet, g: &str) -> Vec<(String, String, String)> {
     v
 }
 
+/// The Grafana dashboard's fleet panel "Duplicate port GUIDs" (its queries through
+/// Prometheus' API): the GUID `g`, and its attachments on both nodes.
+fn dashboard_shows_the_duplicate(f: &Fleet, g: &str) {
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/ib-sriov-grafana-dashboard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let panel = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == "Duplicate port GUIDs")
+        .expect("the fleet row's duplicate GUID panel");
+    let targets = panel["targets"].as_array().unwrap();
+    let guids = f.query(targets[0]["expr"].as_str().unwrap());
+    assert_eq!(guids.len(), 1, "{guids:?}");
+    assert_eq!(guids[0]["metric"]["port_guid"], g, "{guids:?}");
+    assert_eq!(guids[0]["value"][1], "2", "{guids:?}");
+    let atts = f.query(targets[1]["expr"].as_str().unwrap());
+    let mut nodes: Vec<&str> = atts
+        .iter()
+        .map(|s| {
+            assert_eq!(s["metric"]["port_guid"], g, "{s}");
+            s["metric"]["node"].as_str().unwrap()
+        })
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["node-a", "node-b"], "{atts:?}");
+    println!("dashboard panel \"Duplicate port GUIDs\": {}", json!(atts));
+}
+
 /// Pods `a` on node-a and `b` on node-b, VF `vf` each, whose port GUID is `g`: the
 /// duplicate alert fires (its `for: 1m` as shipped), and clears after node-a's DEL.
 fn duplicate_fires_and_clears(f: &Fleet, vf: u32, g: &str, runtime_config: bool) {
@@ -299,6 +333,7 @@ fn duplicate_fires_and_clears(f: &Fleet, vf: u32, g: &str, runtime_config: bool)
             ("node-b".into(), "b".into(), set_by_add.to_string()),
         ]
     );
+    dashboard_shows_the_duplicate(f, g);
     let a = f.firing(DUP, "port_guid", g);
     assert_eq!(a["labels"]["severity"], "critical", "{a}");
     assert_eq!(
