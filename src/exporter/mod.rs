@@ -18,7 +18,9 @@
 //! namespace than the one ADD recorded, are skipped (a pod deleted mid-scrape).
 //!
 //! Every scrape reads the node afresh: nothing is kept between scrapes, so a deleted
-//! attachment's series are gone from the next scrape.
+//! attachment's series are gone from the next scrape. The one exception is the doctor's
+//! findings ([`findings`]): a plain doctor pass runs on a thread of its own once per
+//! `--doctor-interval`, and each scrape serves the last one.
 
 pub mod findings;
 pub mod stats;
