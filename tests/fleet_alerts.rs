@@ -8,10 +8,11 @@
 //!   `runtimeConfig.infinibandGUID`, once with two VFs that already carry one GUID (what
 //!   a GUID file copied between nodes gives) where ADD sets none. The shipped rule as is,
 //!   its `for: 1m` included.
-//! - `IbSriovAttachmentPodGone` fires for a pod deleted without DEL and clears after the
-//!   DEL; meanwhile a live pod on the other node with that attachment's GUID is no
-//!   duplicate. This one's `for:` (10m, its grace period) is shortened to 5s in the test's
-//!   copy of the rules file, the only change to it.
+//! - `IbSriovAttachmentPodGone` fires for a pod deleted without DEL (the exporters run
+//!   their doctor pass every second, `--doctor-interval 1`) and clears after the DEL;
+//!   meanwhile a live pod on the other node with that attachment's GUID is no
+//!   duplicate. This one's `for:` (10m, its grace period) is shortened to 5s in the
+//!   test's copy of the rules file, the only change to it.
 //!
 //! Needs root (network namespaces) and `prometheus`: fails, never skips, without them.
 //! Every process is killed when the test ends, however it ends (`Reaped`).
@@ -121,7 +122,8 @@ impl Fleet {
             let addr = format!("127.0.0.1:{}", free_port());
             exporters.push(Reaped::spawn(
                 std::process::Command::new(bin())
-                    .args(["exporter", "--listen", &addr, "--host-root"])
+                    .args(["exporter", "--listen", &addr, "--doctor-interval", "1"])
+                    .arg("--host-root")
                     .arg(root.path())
                     .arg("--state-dir")
                     .arg(&lab.state)
@@ -413,6 +415,12 @@ fn leaked_attachment_fires_after_its_grace_and_clears_after_del() {
 
     let alert = f.firing(GONE, "node", "node-a");
     assert_eq!(alert["value"], "1e+00", "{alert}");
+    assert_eq!(
+        alert["labels"]["subject"],
+        a.host.vf(0).addr.as_str(),
+        "{alert}"
+    );
+    assert_eq!(alert["labels"]["code"], "netns-gone", "{alert}");
     assert_eq!(
         alert["labels"]["instance"].as_str(),
         Some(f.exporters[0].as_str())
