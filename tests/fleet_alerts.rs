@@ -175,6 +175,12 @@ impl Fleet {
             let rules = get(&f.prom, "/api/v1/rules").unwrap_or_default();
             up.len() == 2 && rules.contains(DUP)
         });
+        // Two healthy nodes: after a few evaluations (and a doctor pass each), no alert
+        // of the shipped rules is pending or firing.
+        std::thread::sleep(Duration::from_secs(4));
+        let body = get(&f.prom, "/api/v1/alerts").unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["data"]["alerts"], json!([]), "healthy nodes: {body}");
         f
     }
 
