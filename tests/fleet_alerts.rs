@@ -11,8 +11,11 @@
 //! - `IbSriovAttachmentPodGone` fires for a pod deleted without DEL (the exporters run
 //!   their doctor pass every second, `--doctor-interval 1`) and clears after the DEL;
 //!   meanwhile a live pod on the other node with that attachment's GUID is no
-//!   duplicate. This one's `for:` (10m, its grace period) is shortened to 5s in the
+//!   duplicate. This one's `for:` (10m, its grace period) is shortened to 5s in that
 //!   test's copy of the rules file, the only change to it.
+//! - `IbSriovJournalStuck` fires for the journal of an ADD killed midway (a fail point of
+//!   the test build, its file's mtime set 10 minutes back), and clears after the DEL;
+//!   its `for:` (5m) cut to 2 s in that test's copy, likewise.
 //!
 //! Needs root (network namespaces) and `prometheus`: fails, never skips, without them.
 //! Every process is killed when the test ends, however it ends (`Reaped`).
@@ -448,4 +451,51 @@ fn leaked_attachment_fires_after_its_grace_and_clears_after_del() {
     a.run("DEL", "cid-a", &netns_a, &conf_a, &[]).expect_ok();
     f.cleared(GONE, "node", "node-a");
     b.del("cid-b", pod_b.netns(), &conf_b).expect_ok();
+}
+
+/// An ADD killed midway on node-b (fail point `add.move=kill`, a test build's): its
+/// journal stays incomplete. Its file's mtime is set 10 minutes back, as an ADD killed
+/// 10 minutes ago leaves it (the exporter's age is now minus that mtime), and
+/// `IbSriovJournalStuck` (its `for: 5m` cut to 2 s in the test's copy of the rules)
+/// fires for node-b only; the runtime's DEL undoes the journal and the alert clears.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_interrupted_adds_journal_fires_as_stuck_and_clears_after_del() {
+    const STUCK: &str = "IbSriovJournalStuck";
+    let f = Fleet::start(&rules_with(&[(STUCK, "2s")]));
+    let b = &f.nodes[1];
+    let pod = b.host.new_pod();
+    let conf = b.conf("1.0.0", 0);
+    let r = b.run(
+        "ADD",
+        "cid-b",
+        pod.netns(),
+        &conf,
+        &[
+            ("CNI_ARGS", &pod_args("b")),
+            ("IB_SRIOV_FAILPOINTS", "add.move=kill"),
+        ],
+    );
+    assert!(!r.ok, "the ADD was not killed: {}", r.stdout);
+    let journals = b.journals();
+    assert_eq!(journals.len(), 1, "{journals:?}");
+    let ten_min_ago = std::time::SystemTime::now() - Duration::from_secs(600);
+    std::fs::File::options()
+        .write(true)
+        .open(b.state.join(&journals[0]))
+        .unwrap()
+        .set_modified(ten_min_ago)
+        .unwrap();
+
+    let alert = f.firing(STUCK, "node", "node-b");
+    let age: f64 = alert["value"].as_str().unwrap().parse().unwrap();
+    assert!((600.0..700.0).contains(&age), "{alert}");
+    assert!(f
+        .alerts(STUCK)
+        .iter()
+        .all(|x| x["labels"]["node"] == "node-b"));
+
+    b.del("cid-b", pod.netns(), &conf).expect_ok();
+    assert_eq!(b.journals(), Vec::<String>::new());
+    f.cleared(STUCK, "node", "node-b");
 }
