@@ -5,7 +5,7 @@
 #                    [--samples DIR] [--store STORE] [--base BIN] [--no-go-cache] [--check]
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
 #   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
-#   scripts/bench.sh --exporter [--attachments N] [--scrapes N] [--json FILE] [--check]
+#   scripts/bench.sh --exporter [--attachments N] [--scrapes N] [--json FILE] [--check] [--no-findings]
 #
 # --exporter: the CPU and peak RSS of one `ib-sriov exporter` scrape of 128 attachments
 # (scripts/bench_exporter.sh says what it runs and the targets --check judges).

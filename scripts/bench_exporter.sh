@@ -10,7 +10,11 @@
 # /20); then runs `ib-sriov exporter --once` SCRAPES times (default 30) in the emulated
 # host's netns, each a process of its own whose CPU (user+sys) and peak RSS (ru_maxrss)
 # wait4() gives: so a figure includes the process start (an upper bound of a scrape in the
-# long-running server). Prints the medians and the maxima; with --check, fails unless
+# long-running server). Each `--once` includes one plain doctor pass, whose findings it
+# prints (issue 52; the server runs that pass on a thread of its own, once per
+# --doctor-interval, not per scrape); --no-findings passes `--doctor-interval 0` (the
+# scrape alone). Prints the medians and the maxima, and the median of the doctor pass's
+# own duration (ib_sriov_doctor_run_duration_seconds); with --check, fails unless
 # the median CPU is <= 50 ms and the peak RSS <= 20 MiB (issue 42's targets).
 set -euo pipefail
 export LC_ALL=C
@@ -19,12 +23,14 @@ att=128
 scrapes=30
 json_out=""
 check=0
+findings=1
 while (($#)); do
     case "$1" in
     --attachments) att="$2"; shift 2 ;;
     --scrapes) scrapes="$2"; shift 2 ;;
     --json) json_out="$2"; shift 2 ;;
     --check) check=1; shift ;;
+    --no-findings) findings=0; shift ;;
     *) echo "bench_exporter: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -72,17 +78,18 @@ for ((i = 0; i < att; i++)); do
         CNI_ARGS="K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod$i;K8S_POD_UID=uid$i" "$bin" <<<"$conf" 2>"$tmp/add.log") ||
         { echo "bench_exporter: ADD $i failed: $out" >&2; cat "$tmp/add.log" >&2; exit 1; }
 done
-ip netns exec "$hostns" python3 - "$bin" "$tmp/state" "$tmp/sys" "$scrapes" "$att" "$json_out" "$check" <<'PY'
+ip netns exec "$hostns" python3 - "$bin" "$tmp/state" "$tmp/sys" "$scrapes" "$att" "$json_out" "$check" "$findings" <<'PY'
 import json, os, statistics, sys
 binp, state, sysroot, n, att, json_out, check = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7] == "1"
-cpu, rss = [], []
+extra = [] if sys.argv[8] == "1" else ["--doctor-interval", "0"]
+cpu, rss, doctor = [], [], []
 env = {"PATH": os.environ["PATH"], "IB_SRIOV_SYSFS_ROOT": sysroot}
 for i in range(n + 2):
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.dup2(w, 1)
-        os.execve(binp, [binp, "exporter", "--once", "--state-dir", state], env)
+        os.execve(binp, [binp, "exporter", "--once", "--state-dir", state] + extra, env)
     os.close(w)
     out = b""
     while True:
@@ -95,15 +102,22 @@ for i in range(n + 2):
     assert status == 0, status
     live = [l for l in out.decode().splitlines() if l.startswith("ib_sriov_attachments_live ")]
     assert live and int(float(live[0].split()[1])) == att, live
+    took = [l for l in out.decode().splitlines() if l.startswith("ib_sriov_doctor_run_duration_seconds ")]
     if i < 2:
         continue  # warm-up: page cache, dentries
+    if took:
+        doctor.append(float(took[0].split()[1]) * 1000)
     cpu.append((ru.ru_utime + ru.ru_stime) * 1000)
     rss.append(ru.ru_maxrss / 1024)
 res = {"attachments": att, "scrapes": n, "cpu_ms_median": round(statistics.median(cpu), 2),
        "cpu_ms_max": round(max(cpu), 2), "rss_mib_median": round(statistics.median(rss), 2),
-       "rss_mib_max": round(max(rss), 2)}
-print(f"exporter --once, {att} attachments, {n} scrapes: CPU median {res['cpu_ms_median']} ms "
-      f"(max {res['cpu_ms_max']}), peak RSS median {res['rss_mib_median']} MiB (max {res['rss_mib_max']})")
+       "rss_mib_max": round(max(rss), 2), "findings": not extra}
+if doctor:
+    res["doctor_pass_ms_median"] = round(statistics.median(doctor), 2)
+    res["doctor_pass_ms_max"] = round(max(doctor), 2)
+print(f"exporter --once{' --doctor-interval 0' if extra else ''}, {att} attachments, {n} scrapes: CPU median {res['cpu_ms_median']} ms "
+      f"(max {res['cpu_ms_max']}), peak RSS median {res['rss_mib_median']} MiB (max {res['rss_mib_max']})"
+      + (f"; doctor pass median {res['doctor_pass_ms_median']} ms wall (max {res['doctor_pass_ms_max']})" if doctor else ""))
 if json_out:
     with open(json_out, "w") as f:
         json.dump(res, f, indent=1)

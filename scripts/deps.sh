@@ -17,7 +17,9 @@
 #           (host-local, static, host-device, tuning: the external-IPAM and libcni tests);
 #           file and binutils (the static-binary test reads `file` and `objdump -T`);
 #           strace (the exporter's read-only test); prometheus (the dashboard test runs a
-#           real Prometheus against the exporter, tests/exporter.rs); tmux (`ib-sriov top`'s
+#           real Prometheus against the exporter, tests/exporter.rs, and so does the fleet
+#           alerts' test, tests/fleet_alerts.rs; its promtool checks and unit-tests the
+#           alerts, tests/alert_rules.rs); tmux (`ib-sriov top`'s
 #           test drives it in a tmux pane)
 #   lab     scripts/kernel-lab.sh: qemu-system-x86 10 *from bookworm-backports* (the `igb`
 #           SR-IOV NIC model; its qemu-system-common, qemu-system-data and seabios must come

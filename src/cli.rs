@@ -503,7 +503,7 @@ mod tests {
                     // A value each parser takes for this flag.
                     let good = match (f.name, v) {
                         ("--listen", _) => "127.0.0.1:1",
-                        ("--interval", _) => "1",
+                        ("--interval" | "--doctor-interval", _) => "1",
                         _ => "/x",
                     };
                     args.push(good.into());

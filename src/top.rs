@@ -46,7 +46,7 @@ pub struct TopRow {
     pub pod: String,
     /// `network/ifname`.
     pub rail: String,
-    /// The GUID label.
+    /// The effective port GUID (the exporter's `port_guid` label, the doctor's `attachments[].guid`).
     pub guid: String,
     /// The VF's PCI address.
     pub vf: String,
@@ -95,7 +95,7 @@ pub fn rows(
                 format!("{ns}/{pod}")
             },
             rail: format!("{}/{}", label(a, "network"), label(a, "ifname")),
-            guid: label(a, "guid").to_string(),
+            guid: label(a, "port_guid").to_string(),
             vf: label(a, "vf").to_string(),
             rate,
             errors: n.rx_errors + n.tx_errors,

@@ -303,6 +303,39 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
     (report, notes)
 }
 
+/// The port GUID attachment `j` runs with, as the doctor shows it (`attachments[].guid`)
+/// and the exporter labels it (`port_guid`): the journal's `guid` (what ADD planned:
+/// the GUID it set, else the one the VF kept), else `vf_port`, the VF's port GUID as
+/// read now ([`crate::vfguid::VfGuids::guid`]: the PF's VF table over rtnetlink,
+/// `IFLA_VF_IB_PORT_GUID`, else MLNX_OFED's `<PF>/sriov/<N>/port`), else the GUID of
+/// the journal's GUID step (ADD sets node and port to it; journals of earlier versions
+/// have no `guid`).
+pub(crate) fn attachment_port_guid(
+    j: &Journal,
+    vf_port: Option<crate::types::Guid>,
+) -> Option<crate::types::Guid> {
+    j.guid.or(vf_port).or_else(|| set_guid(j))
+}
+
+/// The node GUID attachment `j` runs with, as the exporter labels it (`node_guid`):
+/// `vf_node`, the VF's node GUID as read now (the doctor's `vfs[].nodeGuid`:
+/// `IFLA_VF_IB_NODE_GUID`, else MLNX_OFED's `<PF>/sriov/<N>/node`), else the GUID of
+/// the journal's GUID step (ADD sets node and port to it).
+pub(crate) fn attachment_node_guid(
+    j: &Journal,
+    vf_node: Option<crate::types::Guid>,
+) -> Option<crate::types::Guid> {
+    vf_node.or_else(|| set_guid(j))
+}
+
+/// The GUID ADD set on the VF (its journal's GUID step), if it set one.
+fn set_guid(j: &Journal) -> Option<crate::types::Guid> {
+    j.steps.iter().find_map(|s| match s {
+        Step::Guid { want, .. } => Some(*want),
+        _ => None,
+    })
+}
+
 /// The per-attachment view of journal `j`, completed from the VFs and PFs of `r`.
 fn attachment(j: &Journal, r: &Report) -> super::report::Attachment {
     let vf = r.vfs.iter().find(|v| v.pci == j.vf.to_string());
@@ -333,10 +366,8 @@ fn attachment(j: &Journal, r: &Report) -> super::report::Attachment {
         attachment: format!("{}/{}", j.container_id, j.ifname),
         network: j.network.clone(),
         vf: j.vf.to_string(),
-        guid: j
-            .guid
-            .map(|g| g.to_string())
-            .or_else(|| vf.and_then(|v| v.port_guid.clone())),
+        guid: attachment_port_guid(j, vf.and_then(|v| v.port_guid.as_deref()?.parse().ok()))
+            .map(|g| g.to_string()),
         pf_port_guid: j
             .pf_port_guid
             .map(|g| g.to_string())
@@ -426,7 +457,7 @@ fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
 
 /// The PF's facts; its link layer from `<PF>/net/<n>/type` (ARPHRD_*), else from the
 /// hardware address length rtnetlink reports (20 bytes: InfiniBand, 6: Ethernet).
-fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
+pub(crate) fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
     let dir = sysfs.pci_device_dir(addr);
     let netdevs = sysfs.netdevs(addr).unwrap_or_default();
     let types: Vec<Option<String>> = netdevs
@@ -461,7 +492,7 @@ fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
 }
 
 /// The PF's VF table over rtnetlink, from its InfiniBand netdev (else its first).
-fn pf_vf_configs(
+pub(crate) fn pf_vf_configs(
     nl: &Netlink,
     pf: &Pf,
     notes: &mut Vec<Note>,

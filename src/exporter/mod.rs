@@ -22,8 +22,11 @@
 //! pod deleted mid-scrape).
 //!
 //! Every scrape reads the node afresh: nothing is kept between scrapes, so a deleted
-//! attachment's series are gone from the next scrape.
+//! attachment's series are gone from the next scrape. The one exception is the doctor's
+//! findings ([`findings`]): a plain doctor pass runs on a thread of its own once per
+//! `--doctor-interval`, and each scrape serves the last one.
 
+pub mod findings;
 pub mod stats;
 
 use crate::callmetrics::{self, BUCKETS_LE, VERBS};
@@ -42,12 +45,15 @@ use std::path::{Path, PathBuf};
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: ib-sriov exporter [--listen ADDR:PORT] [--once] [--host-root DIR] [--state-dir DIR]...
+    "usage: ib-sriov exporter [--listen ADDR:PORT] [--once] [--doctor-interval SECONDS] [--host-root DIR] [--state-dir DIR]...
 Serves the node's InfiniBand SR-IOV attachment counters, the plugin's node state and
 its own call metrics at http://ADDR:PORT/metrics (Prometheus text format), read-only
 (docs/operations.md \"Metrics\").
   --listen ADDR:PORT  where to listen (default 127.0.0.1:9765; an IPv6 address in brackets)
   --once              print one scrape on stdout and exit (no server)
+  --doctor-interval SECONDS
+                      seconds between the end of one plain doctor pass and the start of the
+                      next, whose findings every scrape serves (default 30; 0: no doctor pass)
   --host-root DIR     the node's root as mounted here (default /); journals' netns paths,
                       stateDirs and IPAM stores are read under it
   --state-dir DIR     also read this stateDir (repeatable, as the node names it). Always read:
@@ -68,6 +74,11 @@ pub const FLAGS: &[Flag] = &[
         value: None,
         repeatable: false,
     },
+    Flag {
+        name: "--doctor-interval",
+        value: Some("SECONDS"),
+        repeatable: false,
+    },
     crate::process::HOST_ROOT,
     crate::process::STATE_DIR,
 ];
@@ -83,6 +94,8 @@ pub struct Args {
     pub listen: std::net::SocketAddr,
     /// `--once`.
     pub once: bool,
+    /// `--doctor-interval`, in seconds (0: no doctor pass).
+    pub doctor_interval: u64,
     /// `--host-root`.
     pub host_root: Option<PathBuf>,
     /// `--state-dir`s.
@@ -94,6 +107,7 @@ pub fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut a = Args {
         listen: DEFAULT_LISTEN.parse().expect("valid default"),
         once: false,
+        doctor_interval: findings::DEFAULT_INTERVAL_SECS,
         host_root: None,
         state_dirs: Vec::new(),
     };
@@ -111,6 +125,12 @@ pub fn parse_args(args: &[String]) -> Result<Args, String> {
                     .map_err(|e| format!("--listen {v:?}: not ADDR:PORT ({e})"))?;
             }
             "--once" => a.once = true,
+            "--doctor-interval" => {
+                let v = value("--doctor-interval")?;
+                a.doctor_interval = v.parse().ok().filter(|n| *n <= 86_400).ok_or_else(|| {
+                    format!("--doctor-interval {v:?}: not a number of seconds 0..86400")
+                })?;
+            }
             "--host-root" => a.host_root = Some(PathBuf::from(value("--host-root")?)),
             "--state-dir" => {
                 let d = PathBuf::from(value("--state-dir")?);
@@ -161,9 +181,22 @@ pub fn run(args: &[String]) -> i32 {
     }
     let paths = paths(&a);
     if a.once {
-        print_out(&render(&scrape(&paths)));
+        let mut s = scrape(&paths);
+        if a.doctor_interval > 0 {
+            s.doctor = Some(findings::run_pass(&paths));
+        }
+        print_out(&render(&s));
         return 0;
     }
+    let doctor = (a.doctor_interval > 0)
+        .then(|| findings::start(&paths, std::time::Duration::from_secs(a.doctor_interval)));
+    let scrape = |paths: &Paths| {
+        let mut s = scrape(paths);
+        s.doctor = doctor
+            .as_ref()
+            .and_then(|d| d.lock().ok().and_then(|g| g.clone()));
+        s
+    };
     let server = match tiny_http::Server::http(a.listen) {
         Ok(s) => s,
         Err(e) => {
@@ -205,7 +238,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// One attachment's labels and counters.
 #[derive(Debug, Clone, Default)]
 pub struct Attachment {
-    /// Labels, in order: namespace, pod, uid, network, ifname, vf, pf, guid, rdma_device.
+    /// Labels, in order: namespace, pod, uid, network, ifname, vf, pf, guid, rdma_device,
+    /// node_guid, port_guid.
     pub labels: Vec<(&'static str, String)>,
     /// Container ID (not a label: the pod names it).
     pub container_id: String,
@@ -234,6 +268,11 @@ pub struct Snapshot {
     pub ipam: Vec<(String, String, u64, Option<u64>)>,
     /// The plugin's call metrics, summed over the stateDirs.
     pub calls: callmetrics::Counts,
+    /// Age in seconds of the oldest incomplete journal of this boot (now minus its
+    /// file's mtime, the last step ADD or its rollback journaled); 0 when none.
+    pub oldest_incomplete: f64,
+    /// The last doctor pass ([`findings`]); `None` with `--doctor-interval 0`.
+    pub doctor: Option<findings::Pass>,
 }
 
 /// Reads the node once (see the module docs).
@@ -255,6 +294,7 @@ pub fn scrape(paths: &Paths) -> Snapshot {
         String,
         Vec<(u32, Vec<netlink_packet_route::link::VfStats>)>,
     > = Default::default();
+    let mut guids = VfGuidTables::new(&sysfs);
     for j in &journals {
         if crate::boot::is_other(j.boot_id.as_deref()) {
             other += 1;
@@ -263,10 +303,20 @@ pub fn scrape(paths: &Paths) -> Snapshot {
         held.insert(j.vf);
         if !j.complete {
             incomplete += 1;
+            if let Some(age) = journal_age(&found, paths, j) {
+                snap.oldest_incomplete = snap.oldest_incomplete.max(age);
+            }
             continue;
         }
         complete += 1;
-        match attachment(paths, &sysfs, j, host.as_mut(), &mut pf_vf_stats) {
+        match attachment(
+            paths,
+            &sysfs,
+            j,
+            host.as_mut(),
+            &mut pf_vf_stats,
+            &mut guids,
+        ) {
             Some(a) => snap.attachments.push(a),
             None => snap.pods_gone += 1,
         }
@@ -329,8 +379,71 @@ pub fn scrape(paths: &Paths) -> Snapshot {
     snap
 }
 
-/// The GUID an attachment runs with: the one ADD set (journal), else the one in the pod
-/// netdev's IPoIB hardware address.
+/// The age in seconds of journal `j`'s file (now minus its mtime): the first of its
+/// stateDirs (and the legacy directory) holding a file of its name; `None` when none
+/// can be read (removed meanwhile).
+fn journal_age(found: &crate::doctor::holders::Found, paths: &Paths, j: &Journal) -> Option<f64> {
+    let name = crate::journal::JournalStore::file_name(&j.container_id, &j.ifname);
+    let m = found
+        .state_dirs
+        .iter()
+        .map(|(d, _, _)| d.as_path())
+        .chain([paths.legacy.as_path()])
+        .find_map(|d| std::fs::symlink_metadata(d.join(&name)).ok())?;
+    let t = m.modified().ok()?;
+    Some(
+        std::time::SystemTime::now()
+            .duration_since(t)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default(),
+    )
+}
+
+/// The PFs' VF tables (`IFLA_VFINFO_LIST` of an RTM_GETLINK of the PF's netdev,
+/// include/uapi/linux/if_link.h), read once per PF and scrape over one rtnetlink socket
+/// in the node's netns, the way `ib-sriov doctor` reads them
+/// ([`dc::pf_vf_configs`]): the source of the `node_guid` and `port_guid` labels.
+struct VfGuidTables<'a> {
+    sysfs: &'a Sysfs,
+    nl: Option<crate::netlink::Netlink>,
+    tables: std::collections::HashMap<crate::types::PciAddress, Vec<crate::netlink::vf::VfConfig>>,
+}
+
+impl<'a> VfGuidTables<'a> {
+    fn new(sysfs: &'a Sysfs) -> Self {
+        VfGuidTables {
+            sysfs,
+            nl: crate::netlink::Netlink::open().ok(),
+            tables: Default::default(),
+        }
+    }
+
+    /// The effective (node, port) GUIDs of journal `j`'s VF, as the doctor shows them
+    /// ([`dc::attachment_node_guid`], [`dc::attachment_port_guid`]), the port GUID
+    /// falling back to the one in the pod netdev's IPoIB hardware address (`hwaddr`,
+    /// bytes 12..20, [`crate::types::Guid::from_ipoib_hwaddr`]) when no other source has
+    /// it; each `""` when unknown.
+    fn of(&mut self, j: &Journal, hwaddr: &[u8]) -> (String, String) {
+        let sysfs = self.sysfs;
+        let nl = self.nl.as_ref();
+        let table = self.tables.entry(j.pf).or_insert_with(|| {
+            nl.and_then(|nl| {
+                let pf = dc::pf_of(sysfs, Some(nl), j.pf);
+                dc::pf_vf_configs(nl, &pf, &mut Vec::new())
+            })
+            .unwrap_or_default()
+        });
+        let ids = crate::vfguid::VfGuids::read_ids(sysfs, j.pf, j.vf_index, table);
+        let node = dc::attachment_node_guid(j, ids.guid(crate::sysfs::GuidKind::Node));
+        let port = dc::attachment_port_guid(j, ids.guid(crate::sysfs::GuidKind::Port))
+            .or_else(|| crate::types::Guid::from_ipoib_hwaddr(hwaddr));
+        let s = |g: Option<crate::types::Guid>| g.map(|g| g.to_string()).unwrap_or_default();
+        (s(node), s(port))
+    }
+}
+
+/// The GUID ADD set (journal), else the one in the pod netdev's IPoIB hardware address:
+/// the `guid` label (kept as it was; `port_guid` is the effective one).
 fn guid_of(j: &Journal, hwaddr: &[u8]) -> String {
     j.steps
         .iter()
@@ -353,6 +466,7 @@ fn attachment(
         String,
         Vec<(u32, Vec<netlink_packet_route::link::VfStats>)>,
     >,
+    guids: &mut VfGuidTables,
 ) -> Option<Attachment> {
     use netlink_packet_route::link::VfStats;
     let mut a = Attachment {
@@ -410,6 +524,7 @@ fn attachment(
             }
         }
     }
+    let (node_guid, port_guid) = guids.of(j, &hwaddr);
     a.labels = vec![
         ("namespace", pod.namespace),
         ("pod", pod.name),
@@ -420,6 +535,8 @@ fn attachment(
         ("pf", j.pf.to_string()),
         ("guid", guid_of(j, &hwaddr)),
         ("rdma_device", rdma.clone()),
+        ("node_guid", node_guid),
+        ("port_guid", port_guid),
     ];
     if let (Some(pf), Some(host)) = (j.pf_netdev.as_deref(), host) {
         let table = pf_cache.entry(pf.to_string()).or_insert_with(|| {
@@ -548,7 +665,7 @@ impl prometheus_client::collector::Collector for Collect {
             .iter()
             .map(|a| (a.labels.clone(), 1))
             .collect();
-        family(&mut enc, "ib_sriov_attachment_info", "One series per live attachment (a complete journal of this boot whose pod netns exists), labelled with the pod (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID as ADD recorded them), network, ifname, VF and PF PCI address, GUID and RDMA device; value 1.", MetricType::Gauge, &info)?;
+        family(&mut enc, "ib_sriov_attachment_info", "One series per live attachment (a complete journal of this boot whose pod netns exists), labelled with the pod (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID as ADD recorded them), network, ifname, VF and PF PCI address, guid (the GUID ADD set, else the pod IPoIB address's), RDMA device, and the VF's effective node_guid and port_guid whoever set them (journal, else the PF's VF table IFLA_VF_IB_NODE_GUID/IFLA_VF_IB_PORT_GUID, else MLNX_OFED <PF>/sriov/<N>/node and port; as ib-sriov doctor shows them); value 1.", MetricType::Gauge, &info)?;
         for (name, help, f) in NETDEV {
             let series: Vec<(Labels, u64)> = s
                 .attachments
@@ -623,6 +740,12 @@ impl prometheus_client::collector::Collector for Collect {
             .map(|(st, n)| (vec![("state", st.to_string())], *n))
             .collect();
         family(&mut enc, "ib_sriov_journals", "Attachment journals in the stateDirs by state: complete (ADD finished), incomplete (ADD running or interrupted: DEL or GC will undo it), other_boot (written before the last reboot), unreadable.", MetricType::Gauge, &j)?;
+        gauge_f(
+            &mut enc,
+            "ib_sriov_journal_oldest_incomplete_age_seconds",
+            "Age of the oldest incomplete journal of this boot (ADD running, or interrupted and left for DEL or GC to undo): now minus its file's mtime, the last step ADD or its rollback journaled; 0 when none.",
+            &[(vec![], s.oldest_incomplete)],
+        )?;
         family(&mut enc, "ib_sriov_attachments_live", "Live attachments: complete journals of this boot whose pod netns exists (the series of ib_sriov_attachment_info).", MetricType::Gauge, &[(vec![], s.attachments.len() as u64)])?;
         family(&mut enc, "ib_sriov_attachments_pod_gone", "Complete journals of this boot whose pod netns is gone or replaced (the pod was deleted and DEL has not run yet); not exported per attachment.", MetricType::Gauge, &[(vec![], s.pods_gone)])?;
         let vfs: Vec<(Labels, u64)> = s
@@ -666,6 +789,9 @@ impl prometheus_client::collector::Collector for Collect {
             })
             .collect();
         family(&mut enc, "ib_sriov_ipam_addresses_free", "Addresses still free in the built-in IPAM's ranges (allocatable minus used), when a journal's configuration names the range.", MetricType::Gauge, &free)?;
+        if let Some(d) = &s.doctor {
+            doctor_series(&mut enc, d)?;
+        }
         // The plugin's own calls.
         let mut calls: Vec<(Labels, u64)> = Vec::new();
         for (verb, vc) in VERBS.iter().zip(&s.calls.verbs) {
@@ -702,6 +828,40 @@ impl prometheus_client::collector::Collector for Collect {
         }
         Ok(())
     }
+}
+
+/// The series of the last doctor pass (docs/operations.md "Doctor's findings").
+fn doctor_series(enc: &mut DescriptorEncoder, d: &findings::Pass) -> Result<(), std::fmt::Error> {
+    let (counts, each, dropped) = findings::series(d);
+    family(enc, "ib_sriov_doctor_up", "1 when the exporter's last plain ib-sriov doctor pass completed, 0 when it failed (the error is on the exporter's stderr).", MetricType::Gauge, &[(vec![], u64::from(d.up))])?;
+    gauge_f(enc, "ib_sriov_doctor_run_timestamp_seconds", "When the last doctor pass ended, in seconds since the Unix epoch (a pass runs every --doctor-interval seconds after the end of the last).", &[(vec![], d.at)])?;
+    gauge_f(
+        enc,
+        "ib_sriov_doctor_run_duration_seconds",
+        "How long the last doctor pass ran, in seconds.",
+        &[(vec![], d.duration)],
+    )?;
+    let counts: Vec<(Labels, u64)> = counts
+        .into_iter()
+        .map(|((code, sev), n)| (vec![("code", code), ("severity", sev.to_string())], n))
+        .collect();
+    family(enc, "ib_sriov_doctor_findings", "Findings of the last plain ib-sriov doctor pass (no --conf) by code and severity (docs/operations.md \"Findings\"); a code without findings has no series.", MetricType::Gauge, &counts)?;
+    let each: Vec<(Labels, u64)> = each
+        .into_iter()
+        .map(|(code, sev, subject)| {
+            (
+                vec![
+                    ("code", code),
+                    ("severity", sev.to_string()),
+                    ("subject", subject),
+                ],
+                1,
+            )
+        })
+        .collect();
+    family(enc, "ib_sriov_doctor_finding", "1 for each finding of the last doctor pass whose subject has bounded cardinality (a VF, VFs sharing a GUID, a PF, a live attachment, an IPAM store, or a fixed subject; docs/operations.md \"Doctor's findings\"), at most 1024 series.", MetricType::Gauge, &each)?;
+    family(enc, "ib_sriov_doctor_finding_series_dropped", "Findings of the last doctor pass left out of ib_sriov_doctor_finding by its cap of 1024 series (the least severe first).", MetricType::Gauge, &[(vec![], dropped)])?;
+    Ok(())
 }
 
 /// The snapshot in the Prometheus text format.

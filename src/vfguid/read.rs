@@ -61,6 +61,31 @@ impl VfGuids {
         }
     }
 
+    /// [`VfGuids::read`] without the netdevs: only what [`VfGuids::guid`] answers from,
+    /// the VF's entry of `table` (its PF's VF table, `IFLA_VF_IB_NODE_GUID` /
+    /// `IFLA_VF_IB_PORT_GUID`) and the MLNX_OFED files `<PF>/sriov/<N>/{node,port}`. Each
+    /// file is read only when the table has no value of its kind. For the exporter's
+    /// `node_guid` and `port_guid` labels, the same reading the doctor makes.
+    pub fn read_ids(sysfs: &Sysfs, pf: PciAddress, index: VfIndex, table: &[VfConfig]) -> VfGuids {
+        let cfg = table.iter().find(|c| c.vf == index.0);
+        let ofed = |kind| sysfs.read_ofed_guid(pf, index, kind).ok().flatten();
+        let netlink_node = cfg.and_then(|c| c.node_guid);
+        let netlink_port = cfg.and_then(|c| c.port_guid);
+        VfGuids {
+            netlink_node,
+            netlink_port,
+            ofed_node: netlink_node
+                .is_none()
+                .then(|| ofed(GuidKind::Node))
+                .flatten(),
+            ofed_port: netlink_port
+                .is_none()
+                .then(|| ofed(GuidKind::Port))
+                .flatten(),
+            netdevs: Vec::new(),
+        }
+    }
+
     /// The node GUID (`kind` Node) or port GUID (Port): rtnetlink's value, else the
     /// MLNX_OFED file's.
     pub fn guid(&self, kind: GuidKind) -> Option<Guid> {
