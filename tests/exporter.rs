@@ -831,8 +831,14 @@ fn doctor_and_the_exporter_agree_on_each_attachments_guids() {
     let p0 = lab.host.new_pod();
     let mut c0 = lab.conf("1.0.0", 0);
     c0["runtimeConfig"] = serde_json::json!({ "infinibandGUID": set });
-    lab.run("ADD", "cid-set", p0.netns(), &c0, &[("CNI_ARGS", &pod_args("set"))])
-        .expect_ok();
+    lab.run(
+        "ADD",
+        "cid-set",
+        p0.netns(),
+        &c0,
+        &[("CNI_ARGS", &pod_args("set"))],
+    )
+    .expect_ok();
     let (_p1, _, _) = add_named_pod(&lab, 1, "kept");
 
     let (text, m) = scrape(&lab);
@@ -936,13 +942,21 @@ fn the_doctors_findings_and_a_stuck_journal_are_served() {
         value(
             &m,
             "ib_sriov_doctor_finding",
-            &[("code", "netns-gone"), ("severity", "warning"), ("subject", &vf0)]
+            &[
+                ("code", "netns-gone"),
+                ("severity", "warning"),
+                ("subject", &vf0)
+            ]
         ),
         Some(1.0),
         "{text}"
     );
     assert_eq!(
-        value(&m, "ib_sriov_doctor_findings", &[("code", "journal-unreadable")]),
+        value(
+            &m,
+            "ib_sriov_doctor_findings",
+            &[("code", "journal-unreadable")]
+        ),
         Some(1.0),
         "{text}"
     );
