@@ -32,25 +32,37 @@ fn host_root(lab: &Lab) -> tempfile::TempDir {
 
 /// One scrape (`--once`) in the emulated host's netns: series name{labels} -> value.
 fn scrape(lab: &Lab) -> (String, BTreeMap<String, f64>) {
+    let (_, text, m) = scrape_with(lab, &[], &[]);
+    (text, m)
+}
+
+/// [`scrape`] with `env` and `extra` arguments: (stderr, text, series).
+fn scrape_with(
+    lab: &Lab,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> (String, String, BTreeMap<String, f64>) {
     let root = host_root(lab);
-    let out = exec_in_netns(
-        &lab.host.host_netns_path(),
-        &[
-            &bin().to_string_lossy(),
-            "exporter",
-            "--once",
-            "--host-root",
-            &root.path().to_string_lossy(),
-            "--state-dir",
-            &lab.state.to_string_lossy(),
-        ],
-        &[],
-        None,
+    let (b, r, st) = (
+        bin().to_string_lossy().into_owned(),
+        root.path().to_string_lossy().into_owned(),
+        lab.state.to_string_lossy().into_owned(),
     );
-    let err = String::from_utf8_lossy(&out.stderr);
+    let mut args = vec![
+        b.as_str(),
+        "exporter",
+        "--once",
+        "--host-root",
+        &r,
+        "--state-dir",
+        &st,
+    ];
+    args.extend_from_slice(extra);
+    let out = exec_in_netns(&lab.host.host_netns_path(), &args, env, None);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "exporter --once: {err}");
     let text = String::from_utf8(out.stdout).unwrap();
-    (text.clone(), parse(&text))
+    (err, text.clone(), parse(&text))
 }
 
 fn parse(text: &str) -> BTreeMap<String, f64> {
@@ -1020,4 +1032,29 @@ fn the_doctors_findings_and_a_stuck_journal_are_served() {
     // Restore the journal for the lab's teardown.
     j["complete"] = Value::Bool(true);
     std::fs::write(&jpath, serde_json::to_vec(&j).unwrap()).unwrap();
+}
+
+/// Issue 52: a doctor pass that fails (the `failpoints` build's `exporter.doctor_pass`)
+/// is served as `ib_sriov_doctor_up 0` with no findings, its error on stderr, and the
+/// scrape itself goes on; `--doctor-interval 0` serves no doctor series at all.
+#[test]
+fn a_failed_doctor_pass_is_served_as_down() {
+    let lab = Lab::new(EmuOptions::default());
+    let (_p, _, _) = add_named_pod(&lab, 0, "one");
+    let (err, text, m) = scrape_with(
+        &lab,
+        &[("IB_SRIOV_FAILPOINTS", "exporter.doctor_pass=error")],
+        &[],
+    );
+    assert_eq!(value(&m, "ib_sriov_doctor_up", &[]), Some(0.0), "{text}");
+    assert!(
+        err.contains("the doctor pass failed: ") && err.contains("injected failure"),
+        "{err}"
+    );
+    assert!(!text.contains("ib_sriov_doctor_findings{"), "{text}");
+    assert_eq!(value(&m, "ib_sriov_attachments_live", &[]), Some(1.0));
+
+    let (_, text, m) = scrape_with(&lab, &[], &["--doctor-interval", "0"]);
+    assert!(!text.contains("ib_sriov_doctor_"), "{text}");
+    assert_eq!(value(&m, "ib_sriov_attachments_live", &[]), Some(1.0));
 }

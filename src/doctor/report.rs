@@ -185,7 +185,8 @@ pub struct Attachment {
     /// The VF's PCI address.
     pub vf: String,
     /// The VF's port GUID for this attachment: the journal's (set or kept at ADD), else
-    /// the VF's current port GUID.
+    /// the VF's current port GUID, else the GUID of the journal's GUID step
+    /// (`doctor::collect::attachment_port_guid`; the exporter's `port_guid` label).
     pub guid: Option<String>,
     /// Its PF's port GUID: the journal's (read at ADD), else the PF's now.
     pub pf_port_guid: Option<String>,

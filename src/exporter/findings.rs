@@ -86,12 +86,21 @@ pub struct Pass {
 }
 
 /// Runs one plain doctor pass over `paths` (read-only), timed; a panic in it is caught
-/// and makes the pass `up: false`, with the message on stderr.
+/// and makes the pass `up: false`, with the message on stderr. In a `failpoints` build
+/// the fail point `exporter.doctor_pass=error` fails the pass the same way (tests).
 pub fn run_pass(paths: &Paths) -> Pass {
     let start = Instant::now();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::doctor::diagnose(paths, None)
-    }));
+        crate::failpoint::hit("exporter.doctor_pass").map_err(|e| e.to_string())?;
+        Ok::<_, String>(crate::doctor::diagnose(paths, None))
+    }))
+    .unwrap_or_else(|e| {
+        Err(e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into()))
+    });
     let duration = start.elapsed().as_secs_f64();
     let at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -108,12 +117,7 @@ pub fn run_pass(paths: &Paths) -> Pass {
                 .map(|f| (f.code, f.severity, f.subject))
                 .collect(),
         },
-        Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into());
+        Err(msg) => {
             crate::process::print_err(&format!(
                 "ib-sriov exporter: the doctor pass failed: {msg}\n"
             ));

@@ -140,6 +140,36 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
         panic!("the pod's netdev never stopped sending");
     };
     let (s0, dropped0, sys0, words0, pkts0) = stable();
+    // Issue 52: the VF's effective GUIDs (ibvf answers IFLA_VF_IB_NODE_GUID and
+    // IFLA_VF_IB_PORT_GUID in its PF's VF table), here the one ADD set, as the doctor
+    // shows them.
+    let set = "02:00:00:00:00:00:0b:01";
+    assert_eq!(
+        series(
+            &s0,
+            "ib_sriov_attachment_info",
+            &[labels[0], ("node_guid", set), ("port_guid", set)]
+        ),
+        Some(1),
+        "{s0}"
+    );
+    let state = p.state().display().to_string();
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--state-dir", &state])
+        .output()
+        .unwrap();
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let of = |list: &str, key: &str| {
+        d[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x[key] == vf.as_str())
+            .unwrap_or_else(|| panic!("doctor's {list} lack {vf}: {d}"))
+            .clone()
+    };
+    assert_eq!(of("attachments", "vf")["guid"], set, "{d}");
+    assert_eq!(of("vfs", "pci")["nodeGuid"], set, "{d}");
     let exp0 = oob(&s0).unwrap_or_else(|| panic!("no out_of_buffer for {rdma}:\n{s0}"));
     assert_eq!(exp0, sys0, "the exporter reads what the pod's sysfs shows");
     for c in [
