@@ -192,7 +192,7 @@ if [[ "${1:-}" == --guest ]]; then
             if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$log"; then
                 # A case that cannot run on this kernel says why (`lab-skip: REASON`,
                 # tests/real_kernel.rs lab_skip): a SKIP row naming the reason.
-                skip="$(grep -o 'lab-skip: .*' "$log" | head -n 1)"
+                skip="$(grep -o 'lab-skip: .*' "$log" | head -n 1 || true)"
                 if [[ -n "$skip" ]]; then
                     row SKIP "$t$run_label (${skip#lab-skip: })" "$secs"
                 else
