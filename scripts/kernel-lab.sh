@@ -20,7 +20,8 @@
 #
 #   scripts/kernel-lab.sh              install, build, boot, test; exits non-zero on any
 #                                      failure, on zero tests run, or when the guest did
-#                                      not finish
+#                                      not finish; a case that cannot run on the kernel
+#                                      is a SKIP row with its reason (not a failure)
 #   LAB_KERNEL=5.10|6.1|6.12|7.3 scripts/kernel-lab.sh
 #                                      the guest's kernel: Debian's newest of that series
 #                                      from bullseye-security (5.10), bookworm (6.1),
@@ -181,7 +182,7 @@ if [[ "${1:-}" == --guest ]]; then
     # $run_label (e.g. " #3") is appended to the row and log names of a repeated run.
     run_label=""
     run_tests() {
-        local restore="$1" t start status secs log
+        local restore="$1" t start status secs log skip
         shift
         for t in "$@"; do
             start=$(date +%s.%N)
@@ -191,7 +192,14 @@ if [[ "${1:-}" == --guest ]]; then
                 >"$log" 2>&1 || status=$?
             secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
             if [[ $status == 0 ]] && grep -q '^test result: ok. 1 passed' "$log"; then
-                row PASS "$t$run_label" "$secs"
+                # A case that cannot run on this kernel says why (`lab-skip: REASON`,
+                # tests/real_kernel.rs lab_skip): a SKIP row naming the reason.
+                skip="$(grep -o 'lab-skip: .*' "$log" | head -n 1 || true)"
+                if [[ -n "$skip" ]]; then
+                    row SKIP "$t$run_label (${skip#lab-skip: })" "$secs"
+                else
+                    row PASS "$t$run_label" "$secs"
+                fi
             else
                 row FAIL "$t$run_label" "$secs"
             fi
@@ -728,7 +736,7 @@ echo "kernel-lab: guest ran for $((t_guest - t_build)) s (vng exit status $statu
 kill "$churn_pid" 2>/dev/null || true
 wait "$churn_pid" 2>/dev/null || true
 
-fail=0 pass=0 na=0 ntests=0
+fail=0 pass=0 na=0 skipped=0 ntests=0
 if [[ ! -f "$out/done" ]]; then
     echo "kernel-lab: the guest did not finish (no $out/done); console tail:" >&2
     tail -n 60 "$out/console.log" >&2 || true
@@ -740,12 +748,14 @@ printf '%-6s %7s  %s\n' RESULT SECONDS CHECK
 while IFS=$'\t' read -r res name secs; do
     printf '%-6s %7s  %s\n' "$res" "$secs" "$name"
     [[ "$name" == setup:* ]] || ntests=$((ntests + 1))
-    # Not applicable on this kernel (phase 1b): neither passed nor failed.
-    if [[ "$res" == N/A ]]; then
-        na=$((na + 1))
-        continue
-    fi
-    [[ "$res" == PASS ]] && pass=$((pass + 1)) || fail=$((fail + 1))
+    # Not applicable on this kernel (phase 1b, N/A) or skipped with a reason (SKIP, a
+    # case's `lab-skip:` line): neither passed nor failed.
+    case "$res" in
+    PASS) pass=$((pass + 1)) ;;
+    SKIP) skipped=$((skipped + 1)) ;;
+    N/A) na=$((na + 1)) ;;
+    *) fail=$((fail + 1)) ;;
+    esac
 done <"$out/results.tsv" 2>/dev/null || true
 echo
 # A row `<test><label>` (label ` #k` of a repeated run, ` @big-pf` of phase 3) has its
@@ -768,5 +778,5 @@ if ((ntests == 0)); then
 fi
 t_end=$(date +%s)
 echo "kernel-lab: total $((t_end - t0)) s (installs $((t_install - t0)) s, builds $((t_build - t_install)) s, guest $((t_guest - t_build)) s); logs in $out"
-echo "kernel-lab: $pass passed, $fail failed$( ((na == 0)) || echo ", $na not applicable on this kernel")"
+echo "kernel-lab: $pass passed, $skipped skipped (a reason each, in its row), $fail failed$( ((na == 0)) || echo ", $na not applicable on this kernel")"
 ((fail == 0))

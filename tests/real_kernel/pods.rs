@@ -19,15 +19,6 @@
 
 use super::*;
 
-/// The kernel's rxe has per-netns sockets: `rxe_ns_pernet_sk4` (rxe_ns.c) is in
-/// /proc/kallsyms once rdma_rxe is loaded.
-pub(super) fn rxe_is_netns_aware() -> bool {
-    std::fs::read_to_string("/proc/kallsyms")
-        .unwrap()
-        .lines()
-        .any(|l| l.split_whitespace().nth(2) == Some("rxe_ns_pernet_sk4"))
-}
-
 /// An rxe device made from inside a pod netns on its `net1`; on drop deleted wherever
 /// it is (in the pod netns, or back in the initial one).
 struct PodRxe {
