@@ -33,7 +33,7 @@ pub enum SubjectKind {
     Attachment,
     /// A built-in IPAM store's directory (one per network).
     IpamStore,
-    /// One fixed subject (`node`, `RDMA netlink`, the node file, the GUID file).
+    /// One fixed subject (`node`, `RDMA netlink`, the node file, the GUID file, `kernel`).
     Fixed,
 }
 
@@ -65,6 +65,11 @@ pub const SUBJECT_CODES: &[(&str, SubjectKind)] = &[
     ("guid-file-invalid", SubjectKind::Fixed),
     ("node-file-invalid", SubjectKind::Fixed),
     ("node-default-fails-add", SubjectKind::Fixed),
+    ("kernel-lacks-parent-dev", SubjectKind::Fixed),
+    ("kernel-lacks-altnames", SubjectKind::Fixed),
+    ("kernel-lacks-skip-vf-stats", SubjectKind::Fixed),
+    ("kernel-lacks-rdma-netns", SubjectKind::Fixed),
+    ("kernel-lacks-vf-guid-read", SubjectKind::Fixed),
 ];
 
 /// The codes of the plain pass counted only by code and severity (their subject is any
@@ -267,10 +272,10 @@ mod tests {
         let table = &table[..table.find("\n\n").unwrap_or(table.len())];
         let mut codes = Vec::new();
         for line in table.lines().filter(|l| l.starts_with("| `")) {
+            // The codes are the backticked words of the first cell (a cell may add a
+            // severity in parentheses after a code).
             let first = line.split('|').nth(1).unwrap_or_default();
-            for c in first.split(',') {
-                codes.push(c.trim().trim_matches('`').to_string());
-            }
+            codes.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
         }
         assert!(codes.len() > 20, "{codes:?}");
         for c in codes.iter().filter(|c| !c.starts_with("conf-")) {
