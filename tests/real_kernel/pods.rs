@@ -175,6 +175,17 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
         sh(&["uname", "-r"]).trim()
     );
 
+    // rxe's debug messages (rxe_dbg_dev, dynamic debug) for the moves below: the check
+    // that refuses a second GSI QP on the device's port (`rxe_qp_chk_init()` in
+    // drivers/infiniband/sw/rxe/rxe_qp.c, "GSI QP exists for port", while
+    // `rxe->port.qp_gsi_index` still holds the QP1 destroyed when the move
+    // unregistered the device's clients) shows in the kernel log only with them on.
+    let dyndbg = std::path::Path::new("/sys/kernel/debug/dynamic_debug/control");
+    if !dyndbg.exists() {
+        let _ = run(Command::new("mount").args(["-t", "debugfs", "none", "/sys/kernel/debug"]));
+    }
+    let dyndbg_on = std::fs::write(dyndbg, "module rdma_rxe +p\n").is_ok();
+    eprintln!("lab-figure: between_pods rdma_rxe dynamic debug on: {dyndbg_on}");
     // An rxe device on net1, made from inside each pod netns; where it registers, and
     // the move into the pod.
     let mut rxes = Vec::new();
@@ -214,7 +225,7 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
     // netns, and ib_mad's QP1 (the GSI QP ib_cm sends connection requests on) there.
     let log: Vec<String> = dmesg()
         .lines()
-        .filter(|l| l.contains("rxpa") || l.contains("rxpb"))
+        .filter(|l| l.contains("rxpa") || l.contains("rxpb") || l.contains("GSI QP exists"))
         .map(str::to_string)
         .collect();
     eprintln!(
@@ -222,6 +233,11 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
         log.join("\n")
     );
     let qp1 = log.iter().any(|l| l.contains("Couldn't create ib_mad QP1"));
+    let _ = std::fs::write(dyndbg, "module rdma_rxe -p\n");
+    eprintln!(
+        "lab-figure: between_pods rxe refused QP1 as a second GSI QP (\"GSI QP exists\"): {}",
+        log.iter().any(|l| l.contains("GSI QP exists"))
+    );
     eprintln!(
         "lab-figure: between_pods ib_mad QP1 after the move: {}; GSI QPs in pod a: {:?}",
         if qp1 { "not created" } else { "created" },
