@@ -61,6 +61,8 @@ pub enum RdmaOp {
     DeviceByIndex,
     /// [`RdmaOps::move_to_netns`].
     MoveToNetns,
+    /// [`RdmaOps::rename`].
+    Rename,
 }
 
 impl RdmaOp {
@@ -71,6 +73,7 @@ impl RdmaOp {
             RdmaOp::ListDevices | RdmaOp::DeviceByName => codec::OP_LIST,
             RdmaOp::DeviceByIndex => codec::OP_GET,
             RdmaOp::MoveToNetns => codec::OP_MOVE,
+            RdmaOp::Rename => codec::OP_RENAME,
         }
     }
 }
@@ -392,6 +395,33 @@ impl RdmaOps for MemoryRdma {
             .expect("registered above")
             .push(dev);
         w.moves.push((index, source, target));
+        Ok(())
+    }
+
+    /// Renames within this netns; `EEXIST` when another device visible here has `name`.
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), RdmaError> {
+        self.enter(RdmaOp::Rename)?;
+        let mut w = self.lock();
+        let visible = w.visible(self.netns);
+        if visible.iter().any(|d| d.name == name && d.index != index) {
+            return Err(RdmaError::from_kernel(
+                codec::OP_RENAME,
+                super::errno::EEXIST,
+                None,
+            ));
+        }
+        if !visible.iter().any(|d| d.index == index) {
+            return Err(RdmaError::from_kernel(
+                codec::OP_RENAME,
+                super::errno::EINVAL,
+                None,
+            ));
+        }
+        for devs in w.netns.values_mut() {
+            for d in devs.iter_mut().filter(|d| d.index == index) {
+                d.name = name.to_string();
+            }
+        }
         Ok(())
     }
 }
