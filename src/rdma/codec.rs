@@ -962,6 +962,25 @@ mod tests {
         assert_eq!(encode_set_netns(9, 3, 12), want);
     }
 
+    /// iproute2 `rdma dev set ibvf_0 name ibvf_1` sends DEV_INDEX then DEV_NAME with
+    /// its NUL, padded to 4 bytes.
+    #[test]
+    fn encode_set_name_bytes() {
+        #[rustfmt::skip]
+        let want = [
+            0x24, 0x00, 0x00, 0x00, // nlmsg_len 36
+            0x02, 0x14,             // type 0x1402
+            0x05, 0x00,             // NLM_F_REQUEST | NLM_F_ACK
+            0x09, 0x00, 0x00, 0x00, // seq 9
+            0x00, 0x00, 0x00, 0x00, // pid
+            0x08, 0x00, 0x01, 0x00, // nla_len 8, DEV_INDEX (1)
+            0x03, 0x00, 0x00, 0x00, // u32 3
+            0x0b, 0x00, 0x02, 0x00, // nla_len 11, DEV_NAME (2)
+            b'i', b'b', b'v', b'f', b'_', b'1', 0x00, 0x00, // "ibvf_1\0" + pad
+        ];
+        assert_eq!(encode_set_name(9, 3, "ibvf_1"), want);
+    }
+
     /// A `CMD_GET` doit reply laid out like `fill_dev_info` (index, name,
     /// port count, PAD, cap flags, node GUID, node type, protocol) plus an
     /// attribute type this code does not know.

@@ -448,6 +448,18 @@ mod tests {
     }
 
     #[test]
+    fn rename_by_index_refuses_a_taken_name() {
+        let (rdma, _f, _host) = world(NetnsMode::Exclusive);
+        let mut ops = rdma.clone();
+        let e = ops.rename(3, "mlx5_0").unwrap_err();
+        assert_eq!(e.errno(), Some(errno::EEXIST), "{e}");
+        ops.rename(3, "mlx5_1").unwrap();
+        assert_eq!(ops.device_by_index(3).unwrap().unwrap().name, "mlx5_1");
+        assert!(ops.device_by_name("mlx5_3").unwrap().is_none());
+        assert!(ops.rename(9, "mlx5_9").is_err());
+    }
+
+    #[test]
     fn netns_key_follows_the_file() {
         let (f, key) = fake_netns();
         let (_g, other) = fake_netns();
