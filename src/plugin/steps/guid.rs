@@ -58,7 +58,6 @@ pub(super) fn apply(
             AfterRebind::Keep => {}
             AfterRebind::Refuse(why) => return Err(CniError::host(why).into()),
             AfterRebind::Rename { now, before } => {
-                hit("add.rebind.rename")?;
                 // Restores the state before ADD (the name the device plugin and the pod
                 // may know): no undo of its own; the journal's RdmaMove step names the
                 // final device.
