@@ -119,6 +119,61 @@ fn rdma_err(what: &str, e: RdmaError) -> CniError {
     CniError::host(format!("{what}: {e}"))
 }
 
+/// Renames the VF's RDMA device `now` back to `before` in the current (host) netns, after
+/// a driver rebind gave its new device another name (kernels whose `assign_name` counts
+/// only the initial netns' devices, docs/design.md "Kernel facts"). Identity first: `now`
+/// must be the only device under `<VF>/infiniband/` (sysfs, read by the caller) and is
+/// looked up by name over RDMA netlink for its index; the rename goes by that index
+/// (`RDMA_NLDEV_CMD_SET` + `DEV_INDEX` + `DEV_NAME`), and afterwards the same index must
+/// carry `before` and the VF's sysfs directory must list `before`. Errors (code 102): not
+/// found, the kernel's refusal (`EEXIST` when `before` is taken), or the check failing.
+pub(super) fn rename_back(
+    ctx: &Ctx,
+    vf: crate::types::PciAddress,
+    now: &str,
+    before: &str,
+) -> Result<u32, CniError> {
+    let mut s = ctx
+        .rdma
+        .open()
+        .map_err(|e| rdma_err("opening RDMA netlink", e))?;
+    let d = s
+        .device_by_name(now)
+        .map_err(|e| rdma_err(&format!("looking up RDMA device {now}"), e))?
+        .ok_or_else(|| {
+            CniError::host(format!(
+                "RDMA device {now} of VF {vf} is not visible over RDMA netlink in the host netns"
+            ))
+        })?;
+    s.rename(d.index, before).map_err(|e| {
+        rdma_err(
+            &format!(
+                "renaming RDMA device {now} (index {}) of VF {vf} back to {before}",
+                d.index
+            ),
+            e,
+        )
+    })?;
+    let named = s
+        .device_by_index(d.index)
+        .map_err(|e| rdma_err(&format!("looking up RDMA device index {}", d.index), e))?
+        .map(|d| d.name);
+    let listed = ctx.sysfs.rdma_devices(vf).unwrap_or_default();
+    if named.as_deref() != Some(before) || listed != [before.to_string()] {
+        return Err(CniError::host(format!(
+            "after renaming RDMA device index {} of VF {vf} to {before}, netlink names it {} and the VF's sysfs lists {}",
+            d.index,
+            named.as_deref().unwrap_or("nothing"),
+            listed.join(",")
+        )));
+    }
+    log::info!(
+        "renamed RDMA device {now} (index {}) of VF {vf} back to {before}, its name before the driver rebind",
+        d.index
+    );
+    Ok(d.index)
+}
+
 /// Moves RDMA device `name` from the current (host) netns into `pod`.
 pub(super) fn move_in(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<(), CniError> {
     let mut s = ctx

@@ -134,6 +134,8 @@ pub const OP_GET: &str = "RDMA_NLDEV_CMD_GET (device by index)";
 pub const OP_STAT_GET: &str = "RDMA_NLDEV_CMD_STAT_GET (port hw counters)";
 /// Operation name used in errors for a `RDMA_NLDEV_CMD_SET` netns move.
 pub const OP_MOVE: &str = "RDMA_NLDEV_CMD_SET (netns move)";
+/// Operation name used in errors for a `RDMA_NLDEV_CMD_SET` rename.
+pub const OP_RENAME: &str = "RDMA_NLDEV_CMD_SET (rename)";
 
 /// `RDMA_NL_GET_TYPE(client, op)` = `(client << 10) + op` (rdma_netlink.h).
 pub const fn nl_get_type(client: u16, op: u16) -> u16 {
@@ -157,12 +159,14 @@ pub const fn nldev_type(cmd: u16) -> u16 {
     nl_get_type(RDMA_NL_NLDEV, cmd)
 }
 
-/// A request attribute (only fixed-size integers: this module never sends
-/// strings, so it cannot rename a device by accident).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A request attribute: fixed-size integers, and one NUL-terminated string
+/// (`DEV_NAME`, sent only by [`encode_set_name`], the one rename request).
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Attr {
     U32(u16, u32),
     U8(u16, u8),
+    /// `NLA_NUL_STRING`: the bytes then one NUL.
+    Str(u16, String),
 }
 
 impl Nla for Attr {
@@ -170,12 +174,13 @@ impl Nla for Attr {
         match self {
             Attr::U32(..) => 4,
             Attr::U8(..) => 1,
+            Attr::Str(_, v) => v.len() + 1,
         }
     }
 
     fn kind(&self) -> u16 {
         match self {
-            Attr::U32(kind, _) | Attr::U8(kind, _) => *kind,
+            Attr::U32(kind, _) | Attr::U8(kind, _) | Attr::Str(kind, _) => *kind,
         }
     }
 
@@ -183,6 +188,10 @@ impl Nla for Attr {
         match self {
             Attr::U32(_, v) => buffer[..4].copy_from_slice(&v.to_ne_bytes()),
             Attr::U8(_, v) => buffer[0] = *v,
+            Attr::Str(_, v) => {
+                buffer[..v.len()].copy_from_slice(v.as_bytes());
+                buffer[v.len()] = 0;
+            }
         }
     }
 }
@@ -305,6 +314,24 @@ pub fn encode_set_netns(seq: u32, index: u32, netns_fd: u32) -> Vec<u8> {
         vec![
             Attr::U32(RDMA_NLDEV_ATTR_DEV_INDEX, index),
             Attr::U32(RDMA_NLDEV_NET_NS_FD, netns_fd),
+        ],
+    )
+}
+
+/// `RDMA_NLDEV_CMD_SET` rename: `DEV_INDEX` (u32) then `DEV_NAME` (the new
+/// name, NUL-terminated, padded to 4 bytes), flags `NLM_F_REQUEST | NLM_F_ACK`
+/// (iproute2 `rdma/dev.c` `dev_set_name`; the kernel's `nldev_set_doit` calls
+/// `ib_device_rename`, drivers/infiniband/core/nldev.c). Answered by an ack
+/// or an error (`EEXIST`: the name is taken; `EINVAL`: unknown index or a
+/// name the kernel refuses).
+pub fn encode_set_name(seq: u32, index: u32, name: &str) -> Vec<u8> {
+    encode(
+        seq,
+        NLM_F_REQUEST | NLM_F_ACK,
+        RDMA_NLDEV_CMD_SET,
+        vec![
+            Attr::U32(RDMA_NLDEV_ATTR_DEV_INDEX, index),
+            Attr::Str(RDMA_NLDEV_ATTR_DEV_NAME, name.to_string()),
         ],
     )
 }
@@ -933,6 +960,25 @@ mod tests {
             0x0c, 0x00, 0x00, 0x00, // u32 fd 12
         ];
         assert_eq!(encode_set_netns(9, 3, 12), want);
+    }
+
+    /// iproute2 `rdma dev set ibvf_0 name ibvf_1` sends DEV_INDEX then DEV_NAME with
+    /// its NUL, padded to 4 bytes.
+    #[test]
+    fn encode_set_name_bytes() {
+        #[rustfmt::skip]
+        let want = [
+            0x24, 0x00, 0x00, 0x00, // nlmsg_len 36
+            0x02, 0x14,             // type 0x1402
+            0x05, 0x00,             // NLM_F_REQUEST | NLM_F_ACK
+            0x09, 0x00, 0x00, 0x00, // seq 9
+            0x00, 0x00, 0x00, 0x00, // pid
+            0x08, 0x00, 0x01, 0x00, // nla_len 8, DEV_INDEX (1)
+            0x03, 0x00, 0x00, 0x00, // u32 3
+            0x0b, 0x00, 0x02, 0x00, // nla_len 11, DEV_NAME (2)
+            b'i', b'b', b'v', b'f', b'_', b'1', 0x00, 0x00, // "ibvf_1\0" + pad
+        ];
+        assert_eq!(encode_set_name(9, 3, "ibvf_1"), want);
     }
 
     /// A `CMD_GET` doit reply laid out like `fill_dev_info` (index, name,

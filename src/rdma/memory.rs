@@ -61,6 +61,8 @@ pub enum RdmaOp {
     DeviceByIndex,
     /// [`RdmaOps::move_to_netns`].
     MoveToNetns,
+    /// [`RdmaOps::rename`].
+    Rename,
 }
 
 impl RdmaOp {
@@ -71,6 +73,7 @@ impl RdmaOp {
             RdmaOp::ListDevices | RdmaOp::DeviceByName => codec::OP_LIST,
             RdmaOp::DeviceByIndex => codec::OP_GET,
             RdmaOp::MoveToNetns => codec::OP_MOVE,
+            RdmaOp::Rename => codec::OP_RENAME,
         }
     }
 }
@@ -394,6 +397,33 @@ impl RdmaOps for MemoryRdma {
         w.moves.push((index, source, target));
         Ok(())
     }
+
+    /// Renames within this netns; `EEXIST` when another device visible here has `name`.
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), RdmaError> {
+        self.enter(RdmaOp::Rename)?;
+        let mut w = self.lock();
+        let visible = w.visible(self.netns);
+        if visible.iter().any(|d| d.name == name && d.index != index) {
+            return Err(RdmaError::from_kernel(
+                codec::OP_RENAME,
+                super::errno::EEXIST,
+                None,
+            ));
+        }
+        if !visible.iter().any(|d| d.index == index) {
+            return Err(RdmaError::from_kernel(
+                codec::OP_RENAME,
+                super::errno::EINVAL,
+                None,
+            ));
+        }
+        for devs in w.netns.values_mut() {
+            for d in devs.iter_mut().filter(|d| d.index == index) {
+                d.name = name.to_string();
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -415,6 +445,18 @@ mod tests {
         rdma.add_device(host, RdmaDevice::new(0, "mlx5_0"));
         rdma.add_device(host, RdmaDevice::new(3, "mlx5_3"));
         (rdma, host_file, host)
+    }
+
+    #[test]
+    fn rename_by_index_refuses_a_taken_name() {
+        let (rdma, _f, _host) = world(NetnsMode::Exclusive);
+        let mut ops = rdma.clone();
+        let e = ops.rename(3, "mlx5_0").unwrap_err();
+        assert_eq!(e.errno(), Some(errno::EEXIST), "{e}");
+        ops.rename(3, "mlx5_1").unwrap();
+        assert_eq!(ops.device_by_index(3).unwrap().unwrap().name, "mlx5_1");
+        assert!(ops.device_by_name("mlx5_3").unwrap().is_none());
+        assert!(ops.rename(9, "mlx5_9").is_err());
     }
 
     #[test]

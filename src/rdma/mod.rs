@@ -61,6 +61,8 @@ pub mod errno {
     pub const EBADF: i32 = Errno::EBADF as i32;
     /// Device or resource busy.
     pub const EBUSY: i32 = Errno::EBUSY as i32;
+    /// File exists (a rename to a name the kernel finds taken, `ib_device_rename`).
+    pub const EEXIST: i32 = Errno::EEXIST as i32;
     /// No such device.
     pub const ENODEV: i32 = Errno::ENODEV as i32;
     /// Invalid argument.
@@ -317,6 +319,13 @@ pub trait RdmaOps {
     /// [`RdmaError::Kernel`] (`EPERM`, `EOPNOTSUPP` from a driver that cannot
     /// change netns, a bad netns fd, ...).
     fn move_to_netns(&mut self, index: u32, netns_fd: BorrowedFd<'_>) -> Result<(), RdmaError>;
+    /// CMD_SET with DEV_INDEX + DEV_NAME: renames device `index` (looked up in the
+    /// socket's netns) to `name` (at most `IB_DEVICE_NAME_MAX` - 1 = 63 bytes, no `%`;
+    /// nldev.c `nldev_set_doit` -> device.c `ib_device_rename`). Renaming to the current
+    /// name succeeds without change. Errors: [`RdmaError::Kernel`] with `EEXIST` (the
+    /// name is taken by a device the kernel compares against), `EPERM` (needs
+    /// `CAP_NET_ADMIN`), `EINVAL` (unknown index or a refused name).
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), RdmaError>;
 }
 
 /// Refines the error of a failed move of device `index` by asking `ops`

@@ -249,6 +249,13 @@ impl RdmaOps for RdmaSocket {
             Err(e) => Err(refine_move_error(self, index, e)),
         }
     }
+
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), RdmaError> {
+        self.request(codec::OP_RENAME, |seq| {
+            codec::encode_set_name(seq, index, name)
+        })
+        .map(|_| ())
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,28 @@ impl Sysfs {
         list_dir(&dir).map_err(|e| with_path(&dir, e))
     }
 
+    /// The `dev` numbers ("231:193", `MAJOR:MINOR` as the driver core prints
+    /// `/sys/.../dev`) of the PCI device's uverbs char devices,
+    /// `<root>/bus/pci/devices/<addr>/infiniband_verbs/uverbs<N>/dev` (ib_uverbs'
+    /// class device, parented to the PCI device; Documentation/ABI/stable/sysfs-class-infiniband
+    /// "/sys/class/infiniband_verbs/uverbs<N>"), sorted; empty when absent. These are what
+    /// the pod's `/dev/infiniband/uverbs<N>` files point at. Fails with `NotFound` when
+    /// the PCI device does not exist.
+    pub fn uverbs_devs(&self, addr: PciAddress) -> io::Result<Vec<String>> {
+        let dir = self.existing_device_dir(addr)?.join("infiniband_verbs");
+        let mut out = Vec::new();
+        for n in list_dir(&dir).map_err(|e| with_path(&dir, e))? {
+            let path = dir.join(&n).join("dev");
+            match crate::fsutil::read_text(&path) {
+                Ok(t) => out.push(t.trim().to_string()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(with_path(&path, e)),
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// The pkey table of port 1 of the VF's (first) RDMA device, read now:
     /// `<root>/bus/pci/devices/<addr>/infiniband/<dev>/ports/1/pkeys/<i>` ("0xffff", the
     /// kernel's `show_port_pkey`, Documentation/ABI/stable/sysfs-class-infiniband), in

@@ -15,8 +15,11 @@ use crate::types::Guid;
 
 /// Sets both GUIDs of the VF to `want` through `via` and, with `rebind`, rebinds its
 /// driver, then records the re-created netdev's identity and RDMA device name in `j`
-/// (saved without fsync). Errors: the set or the rebind failing; the RDMA device's name
-/// changed across the rebind (code 102: the pod already has the old device's files).
+/// (saved without fsync). When the rebind gave the VF's RDMA device another name but the
+/// same uverbs char device, the device is renamed back ([`after_rebind`],
+/// [`crate::plugin::rdma::rename_back`]). Errors (code 102): the set or the rebind
+/// failing; the uverbs char device changed, or the rename back failed (the pod already
+/// has the old device's files).
 pub(super) fn apply(
     cx: &Apply,
     j: &mut Journal,
@@ -35,40 +38,113 @@ pub(super) fn apply(
     hit("add.guid")?;
     if rebind {
         let rdma_before = cx.host.sysfs.rdma_devices(j.vf).unwrap_or_default();
+        let uverbs_before = cx.host.sysfs.uverbs_devs(j.vf).unwrap_or_default();
         log::debug!("rebind window of VF {} begins", j.vf);
         rebind_driver(cx.host.sysfs, j.vf)?;
         hit("add.rebind.bound")?;
         let link = netdev_after_rebind(cx.host, j.vf)?;
         let rdma_now = cx.host.sysfs.rdma_devices(j.vf).unwrap_or_default();
+        let uverbs_now = cx.host.sysfs.uverbs_devs(j.vf).unwrap_or_default();
         j.set_netdev(netdev_id(&link));
         if let Some(now) = rdma_now.first() {
-            for s in j.steps.iter_mut() {
-                if let Step::RdmaMove { device } = s {
-                    *device = now.clone();
-                }
-            }
+            set_rdma_move_device(j, now);
         }
         ctx.store.save(j)?;
-        log::debug!("rebind window of VF {} ends", j.vf);
-        // The SR-IOV device plugin gave the pod the VF's RDMA device (its
-        // /dev/infiniband/uverbsN and rdma_cm) before ADD: a different name now
-        // means those files may name another device.
-        if !rdma_before.is_empty() && rdma_now != rdma_before {
-            return Err(CniError::host(format!(
-                    "the RDMA device of VF {} changed across the driver rebind: it was {} and is now {}; the SR-IOV device plugin has already given the pod the old device's files, so the ADD is rolled back",
-                    j.vf,
-                    rdma_before.join(","),
-                    if rdma_now.is_empty() {
-                        "absent".to_string()
-                    } else {
-                        rdma_now.join(",")
-                    }
-                ))
-                .into());
+        match after_rebind(
+            &j.vf.to_string(),
+            (&rdma_before, &uverbs_before),
+            (&rdma_now, &uverbs_now),
+        ) {
+            AfterRebind::Keep => {}
+            AfterRebind::Refuse(why) => return Err(CniError::host(why).into()),
+            AfterRebind::Rename { now, before } => {
+                // Restores the state before ADD (the name the device plugin and the pod
+                // may know): no undo of its own; the journal's RdmaMove step names the
+                // final device.
+                crate::plugin::rdma::rename_back(ctx, j.vf, &now, &before).map_err(|e| {
+                    CniError::host(format!(
+                        "the RDMA device of VF {} was {before} before the driver rebind and is {now} after it (same uverbs char device {}); renaming it back failed, so the ADD is rolled back: {e}",
+                        j.vf,
+                        uverbs_now.join(",")
+                    ))
+                })?;
+                set_rdma_move_device(j, &before);
+                ctx.store.save(j)?;
+            }
         }
+        log::debug!("rebind window of VF {} ends", j.vf);
         hit("add.rebind")?;
     }
     Ok(())
+}
+
+/// Points the journal's `RdmaMove` step (if any) at RDMA device `name`.
+fn set_rdma_move_device(j: &mut Journal, name: &str) {
+    for s in j.steps.iter_mut() {
+        if let Step::RdmaMove { device } = s {
+            *device = name.to_string();
+        }
+    }
+}
+
+/// What ADD does about the VF's RDMA device once its driver is rebound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AfterRebind {
+    /// Same name (or no RDMA device before): nothing to do.
+    Keep,
+    /// The same uverbs char device under another name: rename `now` back to `before`.
+    Rename {
+        /// The name the kernel gave the new device.
+        now: String,
+        /// The name before the rebind.
+        before: String,
+    },
+    /// Roll the ADD back (code 102): the message says what changed.
+    Refuse(String),
+}
+
+/// Decides [`AfterRebind`] for VF `vf` from its RDMA device names
+/// (`<VF>/infiniband/`, sorted) and uverbs `dev` numbers
+/// (`<VF>/infiniband_verbs/uverbs<N>/dev`, "MAJOR:MINOR", sorted) before and after the
+/// rebind. The SR-IOV device plugin gave the pod the VF's `/dev/infiniband/uverbs<N>`
+/// (and `rdma_cm`) before ADD, so the uverbs char device must be the same; the name
+/// (what RDMA netlink and the device plugin's env may name) is restored by a rename
+/// when it is the only thing that changed (kernel 7.3 names a new device after the
+/// initial netns' devices only: docs/design.md "Kernel facts").
+pub(crate) fn after_rebind(
+    vf: &str,
+    before: (&[String], &[String]),
+    now: (&[String], &[String]),
+) -> AfterRebind {
+    let (names_before, uverbs_before) = before;
+    let (names_now, uverbs_now) = now;
+    let list = |v: &[String]| match v.is_empty() {
+        true => "absent".to_string(),
+        false => v.join(","),
+    };
+    if names_before.is_empty() || names_now == names_before && uverbs_now == uverbs_before {
+        return AfterRebind::Keep;
+    }
+    if uverbs_now != uverbs_before {
+        return AfterRebind::Refuse(format!(
+            "the uverbs char device of VF {vf} changed across the driver rebind: it was {} and is now {} (RDMA device {} -> {}); the SR-IOV device plugin has already given the pod the old device's files, so the ADD is rolled back",
+            list(uverbs_before),
+            list(uverbs_now),
+            list(names_before),
+            list(names_now)
+        ));
+    }
+    match (names_before, names_now) {
+        ([b], [n]) => AfterRebind::Rename {
+            now: n.clone(),
+            before: b.clone(),
+        },
+        _ => AfterRebind::Refuse(format!(
+            "the RDMA device of VF {vf} changed across the driver rebind: it was {} and is now {}; the SR-IOV device plugin has already given the pod the old device's files, so the ADD is rolled back",
+            list(names_before),
+            list(names_now)
+        )),
+    }
 }
 
 fn orig_is_unknown(kind: crate::netlink::vf::GuidKind, orig: (Option<Guid>, Option<Guid>)) -> bool {
@@ -167,4 +243,78 @@ pub(super) fn undo(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod after_rebind_tests {
+    use super::{after_rebind, AfterRebind};
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Kernel 7.3 on the lab: VF 1's device was ibvf_1, the rebind names it ibvf_0
+    /// (VF 0's ibvf_0 is in a pod's netns), same uverbs char device: rename back.
+    #[test]
+    fn new_name_same_uverbs_is_renamed_back() {
+        let d = after_rebind(
+            "0000:00:04.2",
+            (&v(&["ibvf_1"]), &v(&["231:193"])),
+            (&v(&["ibvf_0"]), &v(&["231:193"])),
+        );
+        assert_eq!(
+            d,
+            AfterRebind::Rename {
+                now: "ibvf_0".into(),
+                before: "ibvf_1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn same_name_same_uverbs_is_kept() {
+        let d = after_rebind(
+            "0000:00:04.2",
+            (&v(&["mlx5_3"]), &v(&["231:195"])),
+            (&v(&["mlx5_3"]), &v(&["231:195"])),
+        );
+        assert_eq!(d, AfterRebind::Keep);
+        // No RDMA device before (e.g. no ib_core): nothing to keep equal.
+        let d = after_rebind("0000:00:04.2", (&[], &[]), (&v(&["mlx5_3"]), &[]));
+        assert_eq!(d, AfterRebind::Keep);
+    }
+
+    #[test]
+    fn changed_uverbs_is_refused_even_with_the_same_name() {
+        for now in [v(&["ibvf_1"]), v(&["ibvf_0"])] {
+            let AfterRebind::Refuse(why) = after_rebind(
+                "0000:00:04.2",
+                (&v(&["ibvf_1"]), &v(&["231:193"])),
+                (&now, &v(&["231:194"])),
+            ) else {
+                panic!("a changed uverbs char device must be refused");
+            };
+            assert!(why.contains("uverbs char device"), "{why}");
+            assert!(why.contains("231:193") && why.contains("231:194"), "{why}");
+        }
+    }
+
+    #[test]
+    fn vanished_device_is_refused() {
+        let AfterRebind::Refuse(why) = after_rebind(
+            "0000:00:04.2",
+            (&v(&["ibvf_1"]), &v(&["231:193"])),
+            (&[], &[]),
+        ) else {
+            panic!("a vanished device must be refused");
+        };
+        assert!(why.contains("absent"), "{why}");
+        // Two devices where one was: no single device to rename.
+        let d = after_rebind(
+            "0000:00:04.2",
+            (&v(&["a"]), &v(&["231:1"])),
+            (&v(&["b", "c"]), &v(&["231:1"])),
+        );
+        assert!(matches!(d, AfterRebind::Refuse(_)), "{d:?}");
+    }
 }
