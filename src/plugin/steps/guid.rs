@@ -247,19 +247,22 @@ pub(super) fn undo(
     Ok(())
 }
 
-/// The RDMA device name DEL restores after it rebinds VF `j.vf`: the one device under
-/// `<VF>/infiniband/` in the host, or, with none there (still in the pod netns, whose
-/// devices the host's sysfs does not list), the journal's `RdmaMove` device; `None`
-/// (nothing to restore) otherwise.
+/// The RDMA device name DEL restores after it rebinds VF `j.vf`: the journal's
+/// `RdmaMove` device (its name before ADD, also when the move home had to use another
+/// name or the device is still in the pod netns, whose devices the host's sysfs does not
+/// list), else the one device under `<VF>/infiniband/` in the host; `None` (nothing to
+/// restore) otherwise.
 pub(super) fn rdma_name_before_del_rebind(host: &Host, j: &Journal) -> Option<String> {
-    match host.sysfs.rdma_devices(j.vf).unwrap_or_default().as_slice() {
-        [one] => Some(one.clone()),
-        [] => j.steps.iter().find_map(|s| match s {
-            Step::RdmaMove { device } => Some(device.clone()),
-            _ => None,
-        }),
+    let journaled = j.steps.iter().find_map(|s| match s {
+        Step::RdmaMove { device } => Some(device.clone()),
         _ => None,
-    }
+    });
+    journaled.or_else(
+        || match host.sysfs.rdma_devices(j.vf).unwrap_or_default().as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+    )
 }
 
 /// What DEL renames after a rebind: `Some((now, before))` when the VF has exactly one
