@@ -422,3 +422,43 @@ fn status_reflects_the_rdma_netns_mode() {
         }
     }
 }
+
+/// Kernel 7.3 names RDMA devices per netns: while the VF's device sits in the pod,
+/// another VF's rebind may give its new device the same name in the host. DEL still
+/// brings ours home: after the rebind lock, under `<name>_r<vf-index>` when the name
+/// stays taken by a device that is not ours.
+#[test]
+fn del_brings_the_rdma_device_home_under_another_name_when_the_host_has_its_name() {
+    let (w, _before, pod) = World::fresh(NetnsMode::Exclusive);
+    let conf = w.conf(2, Some(true));
+    w.run("ADD", "c1", pod.netns(), &conf).unwrap();
+    let rdma = w.host.vf(2).rdma.clone().unwrap();
+    assert_eq!(w.rdma_names_in(w.pod_key(&pod)), vec![rdma.clone()]);
+    // Another VF's new device, named after the initial netns' devices only.
+    w.mem
+        .add_device(w.host_key, RdmaDevice::new(99, rdma.clone()));
+    w.run("DEL", "c1", pod.netns(), &conf).unwrap();
+    assert!(w.rdma_names_in(w.pod_key(&pod)).is_empty());
+    let host = w.rdma_names_in(w.host_key);
+    assert!(host.contains(&rdma), "{host:?}");
+    assert!(host.contains(&format!("{rdma}_r2")), "{host:?}");
+    let store = JournalStore::new(w.host.root().join("state"));
+    assert!(store.load("c1", "net1").unwrap().is_none());
+}
+
+/// The same `EEXIST` once (a rebind between the kernel's naming and its rename back):
+/// the move is retried under the rebind lock and the device keeps its name.
+#[test]
+fn del_retries_the_rdma_move_once_after_a_transient_name_clash() {
+    let (w, _before, pod) = World::fresh(NetnsMode::Exclusive);
+    let conf = w.conf(2, Some(true));
+    w.run("ADD", "c1", pod.netns(), &conf).unwrap();
+    let next = w.mem.calls(RdmaOp::MoveToNetns) + 1;
+    w.mem.fail_nth(RdmaOp::MoveToNetns, next, 17 /* EEXIST */);
+    w.run("DEL", "c1", pod.netns(), &conf).unwrap();
+    assert!(w.rdma_names_in(w.pod_key(&pod)).is_empty());
+    assert!(w
+        .rdma_names_in(w.host_key)
+        .contains(&w.host.vf(2).rdma.clone().unwrap()));
+    assert_eq!(w.mem.calls(RdmaOp::MoveToNetns), next + 1);
+}

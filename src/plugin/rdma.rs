@@ -207,35 +207,155 @@ pub(super) fn move_in(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<(), CniError
     Ok(())
 }
 
-/// Moves RDMA device `name` from `pod` back to the current (host) netns, from a socket
-/// opened inside the pod. `Ok(false)` when it is not in the pod (never moved, or back).
-pub(super) fn move_out(ctx: &Ctx, name: &str, pod: &NetNs) -> Result<bool, CniError> {
-    let host = NetNs::current()?;
-    let r = pod
-        .run_in(|| -> Result<bool, CniError> {
-            let mut s = match ctx.rdma.open() {
-                Ok(s) => s,
-                Err(RdmaError::NoSubsystem) => return Ok(false),
-                Err(e) => return Err(rdma_err("opening RDMA netlink in the pod", e)),
-            };
-            let Some(d) = s
-                .device_by_name(name)
-                .map_err(|e| rdma_err(&format!("looking up RDMA device {name} in the pod"), e))?
-            else {
-                return Ok(false);
-            };
-            s.move_to_netns(d.index, host.fd())
-                .map_err(|e| rdma_err(&format!("moving RDMA device {name} back to the host"), e))?;
-            Ok(true)
-        })
-        .map_err(CniError::from)??;
-    if r {
-        log::info!(
-            "moved RDMA device {name} back from {}",
-            pod.path().display()
-        );
+/// What one attempt of [`move_out`] found.
+enum Out {
+    /// No device of that name (and index, when given) in the pod.
+    Absent,
+    /// Moved to the host netns.
+    Moved,
+    /// The host netns has a device of that name (`EEXIST`); the pod's device has this
+    /// index.
+    Taken(u32),
+}
+
+/// One attempt from inside `pod`: the device named `name` (with index `index`, when
+/// given: the device found by the first attempt), renamed `rename_to` first when given,
+/// moved to `host`. A refused move after a rename renames it back (best effort).
+fn try_out(
+    ctx: &Ctx,
+    name: &str,
+    pod: &NetNs,
+    host: &NetNs,
+    index: Option<u32>,
+    rename_to: Option<&str>,
+) -> Result<Out, CniError> {
+    pod.run_in(|| -> Result<Out, CniError> {
+        let mut s = match ctx.rdma.open() {
+            Ok(s) => s,
+            Err(RdmaError::NoSubsystem) => return Ok(Out::Absent),
+            Err(e) => return Err(rdma_err("opening RDMA netlink in the pod", e)),
+        };
+        let Some(d) = s
+            .device_by_name(name)
+            .map_err(|e| rdma_err(&format!("looking up RDMA device {name} in the pod"), e))?
+        else {
+            return Ok(Out::Absent);
+        };
+        if index.is_some_and(|i| i != d.index) {
+            log::warn!(
+                "RDMA device {name} in {} is now index {}, not the index {} found before: not ours, left alone",
+                pod.path().display(),
+                d.index,
+                index.unwrap_or_default()
+            );
+            return Ok(Out::Absent);
+        }
+        if let Some(to) = rename_to {
+            s.rename(d.index, to).map_err(|e| {
+                rdma_err(
+                    &format!("renaming RDMA device {name} (index {}) to {to} in the pod", d.index),
+                    e,
+                )
+            })?;
+        }
+        match s.move_to_netns(d.index, host.fd()) {
+            Ok(()) => Ok(Out::Moved),
+            Err(e) if e.errno() == Some(crate::rdma::errno::EEXIST) && rename_to.is_none() => {
+                Ok(Out::Taken(d.index))
+            }
+            Err(e) => {
+                let shown = rename_to.unwrap_or(name);
+                if rename_to.is_some() {
+                    if let Err(e2) = s.rename(d.index, name) {
+                        log::warn!("renaming RDMA device index {} back to {name} in the pod: {e2}", d.index);
+                    }
+                }
+                Err(rdma_err(&format!("moving RDMA device {shown} back to the host"), e))
+            }
+        }
+    })
+    .map_err(CniError::from)?
+}
+
+/// The name under which [`move_out`] brings an RDMA device home when its own name is
+/// taken in the host netns: `<name>_r<vf_index>`, with `name` cut so the whole stays
+/// within `IB_DEVICE_NAME_MAX` (64 bytes with the NUL, include/rdma/ib_verbs.h).
+pub(crate) fn fallback_name(name: &str, vf_index: u32) -> String {
+    let suffix = format!("_r{vf_index}");
+    let mut keep = name.len().min(63usize.saturating_sub(suffix.len()));
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
     }
-    Ok(r)
+    format!("{}{suffix}", &name[..keep])
+}
+
+/// Moves RDMA device `name` of VF `vf` (index `vf_index` on its PF) from `pod` back to
+/// the current (host) netns, from a socket opened inside the pod. `Ok(false)` when it is
+/// not in the pod (never moved, or back).
+///
+/// On kernels that name RDMA devices per netns (7.3: a new device takes the lowest
+/// free name counting only the initial netns' devices, docs/design.md "Kernel facts"),
+/// the host may hold a device of the same name (`EEXIST`): another VF's device, from
+/// a rebind whose rename back has not run yet. Then the node-wide rebind lock
+/// (`Ctx::lock_rebind`) is taken, so that rebind finishes, and the move is retried
+/// once with the same device (same name and index in the pod); if the name is still
+/// taken, the device is renamed [`fallback_name`] in the pod and moved home under it,
+/// logged with both names (the device is the VF's either way; its next rebind names it
+/// afresh). Errors (code 102): netlink failures other than that `EEXIST`; code 11 when
+/// the rebind lock is not had in time.
+pub(super) fn move_out(
+    ctx: &Ctx,
+    name: &str,
+    pod: &NetNs,
+    vf: crate::types::PciAddress,
+    vf_index: u32,
+) -> Result<bool, CniError> {
+    let host = NetNs::current()?;
+    let index = match try_out(ctx, name, pod, &host, None, None)? {
+        Out::Absent => return Ok(false),
+        Out::Moved => {
+            log::info!(
+                "moved RDMA device {name} back from {}",
+                pod.path().display()
+            );
+            return Ok(true);
+        }
+        Out::Taken(i) => i,
+    };
+    log::warn!(
+        "RDMA device {name} (index {index}) of VF {vf}: the host netns has a device of that name (a rebind between the kernel's naming and its rename back?); retrying under the node-wide rebind lock"
+    );
+    let _rebind = ctx.lock_rebind()?;
+    match try_out(ctx, name, pod, &host, Some(index), None)? {
+        Out::Absent => return Ok(false),
+        Out::Moved => {
+            log::info!(
+                "moved RDMA device {name} back from {} (second attempt)",
+                pod.path().display()
+            );
+            return Ok(true);
+        }
+        Out::Taken(_) => {}
+    }
+    let holder = ctx
+        .rdma
+        .open()
+        .and_then(|mut s| s.device_by_name(name))
+        .ok()
+        .flatten()
+        .map(|d| format!("index {}", d.index))
+        .unwrap_or_else(|| "a device".to_string());
+    let alt = fallback_name(name, vf_index);
+    match try_out(ctx, name, pod, &host, Some(index), Some(&alt))? {
+        Out::Moved => {
+            log::warn!(
+                "RDMA device {name} (index {index}) of VF {vf}: the host netns' {name} is {holder}, not ours; renamed it {alt} in {} and moved it back to the host as {alt}",
+                pod.path().display()
+            );
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// True when RDMA device `name` is visible inside `pod` (for CHECK).
@@ -259,4 +379,19 @@ pub fn device_info_json(vf: &str, rdma: Option<&str>, pf: &str) -> serde_json::V
         pci["rdma-device"] = serde_json::Value::String(r.to_string());
     }
     serde_json::json!({ "type": "pci", "version": "1.1.0", "pci": pci })
+}
+
+#[cfg(test)]
+mod fallback_name_tests {
+    use super::fallback_name;
+
+    #[test]
+    fn suffix_is_the_vf_index_and_the_name_fits_ib_device_name_max() {
+        assert_eq!(fallback_name("ibvf_0", 0), "ibvf_0_r0");
+        assert_eq!(fallback_name("mlx5_3", 127), "mlx5_3_r127");
+        let long = "x".repeat(63);
+        let f = fallback_name(&long, 126);
+        assert_eq!(f.len(), 63, "{f}");
+        assert!(f.ends_with("_r126"), "{f}");
+    }
 }

@@ -384,6 +384,21 @@ impl RdmaOps for MemoryRdma {
         if target == source {
             return Ok(());
         }
+        // Names are unique per netns (kernel 7.3, rdma-next "RDMA/core: Pass the net
+        // namespace to the device name lookups"): `rdma_dev_change_netns()` refuses a
+        // move into a netns that has a device of the same name.
+        let name = w.netns[&source]
+            .iter()
+            .find(|d| d.index == index)
+            .map(|d| d.name.clone())
+            .expect("visible in exclusive mode means present in own netns");
+        if w.netns[&target].iter().any(|d| d.name == name) {
+            return Err(RdmaError::from_kernel(
+                codec::OP_MOVE,
+                super::errno::EEXIST,
+                Some("Device name already exists in the target net namespace"),
+            ));
+        }
         let devs = w.netns.get_mut(&source).expect("source netns is known");
         let pos = devs
             .iter()

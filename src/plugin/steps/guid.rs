@@ -229,6 +229,7 @@ pub(super) fn undo(
         );
     }
     if any && rebind && has_driver {
+        let rdma_before = rdma_name_before_del_rebind(host, j);
         rebind_driver(host.sysfs, j.vf)?;
         // The GUID takes effect once the driver is rebound; the netdev the probe
         // re-creates is the driver's (listed under <VF>/net/). If it does not show up,
@@ -241,8 +242,77 @@ pub(super) fn undo(
             }
             Err(e) => log::warn!("after restoring the GUID of VF {}: {e}", j.vf),
         }
+        rename_back_after_del_rebind(ctx, host, j.vf, rdma_before.as_deref());
     }
     Ok(())
+}
+
+/// The RDMA device name DEL restores after it rebinds VF `j.vf`: the journal's
+/// `RdmaMove` device (its name before ADD, also when the move home had to use another
+/// name or the device is still in the pod netns, whose devices the host's sysfs does not
+/// list), else the one device under `<VF>/infiniband/` in the host; `None` (nothing to
+/// restore) otherwise.
+pub(super) fn rdma_name_before_del_rebind(host: &Host, j: &Journal) -> Option<String> {
+    let journaled = j.steps.iter().find_map(|s| match s {
+        Step::RdmaMove { device } => Some(device.clone()),
+        _ => None,
+    });
+    journaled.or_else(
+        || match host.sysfs.rdma_devices(j.vf).unwrap_or_default().as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+    )
+}
+
+/// What DEL renames after a rebind: `Some((now, before))` when the VF has exactly one
+/// RDMA device `now` (`<VF>/infiniband/`) and it is not `before`. Unlike ADD
+/// ([`after_rebind`]) the uverbs char device is not compared: the pod is going away.
+pub(crate) fn del_rename(before: Option<&str>, now: &[String]) -> Option<(String, String)> {
+    match (before, now) {
+        (Some(b), [n]) if n != b => Some((n.clone(), b.to_string())),
+        _ => None,
+    }
+}
+
+/// After a DEL rebind of VF `vf` (GUID restore, recovery rebind): renames its new RDMA
+/// device back to `before` ([`crate::plugin::rdma::rename_back`]), as ADD does, so the
+/// name does not stay taken in the host while another pod's device of that name waits
+/// to come home (kernel 7.3 names a new device after the initial netns' devices only:
+/// docs/design.md "Kernel facts"). A failure is logged as a warning: DEL goes on (the
+/// device is the VF's either way).
+pub(super) fn rename_back_after_del_rebind(
+    ctx: &Ctx,
+    host: &Host,
+    vf: crate::types::PciAddress,
+    before: Option<&str>,
+) {
+    let now = host.sysfs.rdma_devices(vf).unwrap_or_default();
+    if let Some((now, before)) = del_rename(before, &now) {
+        if let Err(e) = crate::plugin::rdma::rename_back(ctx, vf, &now, &before) {
+            log::warn!(
+                "the driver rebind named the RDMA device of VF {vf} {now} (it was {before}); renaming it back failed, left as {now}: {e}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod del_rename_tests {
+    use super::del_rename;
+
+    #[test]
+    fn a_new_name_is_renamed_back_the_same_or_none_is_kept() {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            del_rename(Some("ibvf_55"), &v(&["ibvf_0"])),
+            Some(("ibvf_0".into(), "ibvf_55".into()))
+        );
+        assert_eq!(del_rename(Some("ibvf_55"), &v(&["ibvf_55"])), None);
+        assert_eq!(del_rename(None, &v(&["ibvf_0"])), None);
+        assert_eq!(del_rename(Some("ibvf_55"), &[]), None);
+        assert_eq!(del_rename(Some("ibvf_55"), &v(&["a", "b"])), None);
+    }
 }
 
 #[cfg(test)]

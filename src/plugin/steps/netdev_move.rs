@@ -292,6 +292,7 @@ fn recover_by_rebind(
     }
     log::warn!("VF {vf}: {why}; re-creating it: recovery rebind of VF {vf} ({driver})");
     hit("del.recovery_rebind")?;
+    let rdma_before = super::guid::rdma_name_before_del_rebind(host, j);
     if let Err(e) = rebind_driver(host.sysfs, vf) {
         log::warn!(
             "recovery rebind of VF {vf} failed: {e}; nothing of {}/{} is left on it",
@@ -300,7 +301,9 @@ fn recover_by_rebind(
         );
         return Ok(());
     }
-    match netdev_after_rebind(host, vf) {
+    let back = netdev_after_rebind(host, vf);
+    super::guid::rename_back_after_del_rebind(ctx, host, vf, rdma_before.as_deref());
+    match back {
         Ok(l) => {
             fix_name_and_state(host, vf, &l, host_name, host_up)?;
             log::info!("recovery rebind of VF {vf}: its netdev is back in the host");

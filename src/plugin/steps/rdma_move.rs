@@ -65,7 +65,7 @@ pub(super) fn undo(
 ) -> Result<(), CniError> {
     // With the pod netns gone the kernel has returned the device already.
     let PodNs::Live(p) = pod else { return Ok(()) };
-    if crate::plugin::rdma::move_out(ctx, device, &p.ns)? {
+    if crate::plugin::rdma::move_out(ctx, device, &p.ns, j.vf, j.vf_index.0)? {
         // Moving the RDMA device re-creates the IPoIB netdev in the host: give it its
         // original name and state again.
         if let Some((_, host_name, host_up, _)) = j.netdev() {
