@@ -17,8 +17,8 @@
 //! the plugin does (`crate::plugin`, `crate::sysfs`, ...).
 
 pub use ib_sriov_cni::{
-    boot, callmetrics, cni, config, failpoint, fsutil, gocache, ipam, journal, logging,
-    netlink, netns, nlsock, plugin, policy, process, rdma, sysfs, types, version, vfguid,
+    boot, callmetrics, cni, config, failpoint, fsutil, gocache, ipam, journal, logging, netlink,
+    netns, nlsock, plugin, policy, process, rdma, sysfs, types, version, vfguid,
 };
 
 pub mod doctor;

@@ -9,9 +9,30 @@ use std::process::Output;
 /// The plugin binary under test: the file named by `IB_SRIOV_BIN` when that is set (CI
 /// runs the end-to-end tests that need no fail points once against the binary taken out
 /// of the image, scripts/image-test.sh), else the one cargo built for the tests.
+///
+/// The node tools' binary must be beside it ([`tools_bin`]): the tests run `ib-sriov
+/// doctor|exporter|top`, which runs it from there. Cargo builds a package's own binaries
+/// for its tests, not another member's: scripts/test.sh builds the whole workspace
+/// first (`cargo build --target "$triple" --features failpoints --workspace --bins`).
 pub fn bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("IB_SRIOV_BIN") {
+    let b = plugin_bin(&BIN);
+    let t = b.with_file_name("ib-sriovctl");
+    assert!(
+        t.is_file(),
+        "no {} beside the plugin under test: build the node tools first, as scripts/test.sh does (cargo build --target <triple> --features failpoints --workspace --bins)",
+        t.display()
+    );
+    b
+}
+
+/// The node tools' binary (`ib-sriovctl`, package src/ib-sriovctl) beside [`bin`].
+pub fn tools_bin() -> PathBuf {
+    bin().with_file_name("ib-sriovctl")
+}
+
+fn plugin_bin(cell: &'static std::sync::OnceLock<PathBuf>) -> &'static Path {
+    cell.get_or_init(|| match std::env::var_os("IB_SRIOV_BIN") {
         Some(p) if !p.is_empty() => {
             let p = PathBuf::from(p);
             assert!(
