@@ -212,7 +212,7 @@ pub const TOOLS: &[&str] = &["doctor", "exporter", "top"];
 pub const TOOLS_BIN: &str = "ib-sriovctl";
 
 /// Where to get [`TOOLS_BIN`] when it is not installed (docs/install.md "Node tools").
-pub const TOOLS_WHERE: &str = "it is in the image at /usr/bin/ib-sriovctl (copy it out: docs/install.md \"Node tools\") and a release asset (ib-sriovctl-<version>-<arch>)";
+pub const TOOLS_WHERE: &str = "it is in the image at /usr/bin/ib-sriovctl (copy it out: docs/install.md \"Node tools\") and a release asset (ib-sriovctl-<version>-linux-<arch>)";
 
 /// The node tools' executable: [`TOOLS_BIN`] in the directory of this executable
 /// (`/proc/self/exe`, the file the kernel ran, whatever argv[0] says), else the first
