@@ -310,7 +310,7 @@ pub fn collect(paths: &Paths) -> (Report, Vec<Note>) {
 /// `IFLA_VF_IB_PORT_GUID`, else MLNX_OFED's `<PF>/sriov/<N>/port`), else the GUID of
 /// the journal's GUID step (ADD sets node and port to it; journals of earlier versions
 /// have no `guid`).
-pub fn attachment_port_guid(
+pub(crate) fn attachment_port_guid(
     j: &Journal,
     vf_port: Option<crate::types::Guid>,
 ) -> Option<crate::types::Guid> {
@@ -321,7 +321,7 @@ pub fn attachment_port_guid(
 /// `vf_node`, the VF's node GUID as read now (the doctor's `vfs[].nodeGuid`:
 /// `IFLA_VF_IB_NODE_GUID`, else MLNX_OFED's `<PF>/sriov/<N>/node`), else the GUID of
 /// the journal's GUID step (ADD sets node and port to it).
-pub fn attachment_node_guid(
+pub(crate) fn attachment_node_guid(
     j: &Journal,
     vf_node: Option<crate::types::Guid>,
 ) -> Option<crate::types::Guid> {
@@ -457,7 +457,7 @@ fn sriov_pfs(sysfs: &Sysfs, notes: &mut Vec<Note>) -> Vec<PciAddress> {
 
 /// The PF's facts; its link layer from `<PF>/net/<n>/type` (ARPHRD_*), else from the
 /// hardware address length rtnetlink reports (20 bytes: InfiniBand, 6: Ethernet).
-pub fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
+pub(crate) fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
     let dir = sysfs.pci_device_dir(addr);
     let netdevs = sysfs.netdevs(addr).unwrap_or_default();
     let types: Vec<Option<String>> = netdevs
@@ -492,7 +492,7 @@ pub fn pf_of(sysfs: &Sysfs, nl: Option<&Netlink>, addr: PciAddress) -> Pf {
 }
 
 /// The PF's VF table over rtnetlink, from its InfiniBand netdev (else its first).
-pub fn pf_vf_configs(
+pub(crate) fn pf_vf_configs(
     nl: &Netlink,
     pf: &Pf,
     notes: &mut Vec<Note>,
@@ -522,7 +522,7 @@ pub fn pf_vf_configs(
 /// Our journals: every stateDir found ([`super::holders::discover`]; a directory reached
 /// by two paths read once, by identity) and the Go cache dir, where earlier versions
 /// journaled. Unreadable ones noted.
-pub fn journal_list(
+pub(crate) fn journal_list(
     found: &super::holders::Found,
     paths: &Paths,
     notes: &mut Vec<Note>,
@@ -770,7 +770,7 @@ fn holders(
 
 /// The built-in IPAM stores: those our journals' configurations name, and every
 /// directory under the default data dir with a `boot_id` marker (only ours writes it).
-pub fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamNetwork> {
+pub(crate) fn ipam(paths: &Paths, journals: &[Journal], notes: &mut Vec<Note>) -> Vec<IpamNetwork> {
     use crate::ipam::{DiskStore, IpamConfig, BOOT_MARKER_FILE};
     let mut stores: BTreeMap<(PathBuf, String), Option<IpamConfig>> = BTreeMap::new();
     for j in journals {

@@ -623,7 +623,7 @@ pub const RDMA_CNI_TYPE: &str = "rdma";
 /// The RDMA netlink provider `--conf` judges `rdmaIsolation` with: the kernel's, or, in
 /// a `failpoints` build with `doctor.rdma_netns_mode` set, an in-memory RDMA subsystem
 /// in that mode (the test machines have none).
-pub fn rdma_provider() -> Box<dyn crate::plugin::rdma::RdmaProvider> {
+pub(crate) fn rdma_provider() -> Box<dyn crate::plugin::rdma::RdmaProvider> {
     #[cfg(feature = "failpoints")]
     if let Some(m) = crate::failpoint::value_at("doctor.rdma_netns_mode") {
         use crate::rdma::{MemoryRdma, NetnsKey, NetnsMode};
