@@ -18,11 +18,30 @@ pub fn bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let b = plugin_bin(&BIN);
     let t = b.with_file_name("ib-sriovctl");
-    assert!(
-        t.is_file(),
-        "no {} beside the plugin under test: build the node tools first, as scripts/test.sh does (cargo build --target <triple> --features failpoints --workspace --bins)",
-        t.display()
-    );
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let build = "build the node tools first, as scripts/test.sh does (cargo build --target <triple> --features failpoints --workspace --bins)";
+        assert!(t.is_file(), "no {} beside the plugin under test: {build}", t.display());
+        // A tools binary built at another commit (cargo rebuilt the plugin for the
+        // tests, not the other package's binary) says another version: refused.
+        let out = std::process::Command::new(&t)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", t.display()));
+        let got = String::from_utf8_lossy(&out.stdout);
+        let plugin = std::process::Command::new(b)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+        let want = String::from_utf8_lossy(&plugin.stdout).replacen("ib-sriov cni", "ib-sriovctl", 1);
+        assert!(
+            got.split(", date:").next() == want.split(", date:").next(),
+            "{} is stale ({}) against the plugin ({}): {build}",
+            t.display(),
+            got.trim(),
+            want.trim()
+        );
+    });
     b
 }
 
