@@ -78,7 +78,9 @@ for ((i = 0; i < att; i++)); do
         CNI_ARGS="K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod$i;K8S_POD_UID=uid$i" "$bin" <<<"$conf" 2>"$tmp/add.log") ||
         { echo "bench_exporter: ADD $i failed: $out" >&2; cat "$tmp/add.log" >&2; exit 1; }
 done
-ip netns exec "$hostns" python3 - "$bin" "$tmp/state" "$tmp/sys" "$scrapes" "$att" "$json_out" "$check" "$findings" <<'PY'
+# The exporter as its DaemonSet runs it: the node tools' binary (ib-sriovctl exporter),
+# built beside the plugin by scripts/build.sh.
+ip netns exec "$hostns" python3 - "$(dirname "$src_bin")/ib-sriovctl" "$tmp/state" "$tmp/sys" "$scrapes" "$att" "$json_out" "$check" "$findings" <<'PY'
 import json, os, statistics, sys
 binp, state, sysroot, n, att, json_out, check = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7] == "1"
 extra = [] if sys.argv[8] == "1" else ["--doctor-interval", "0"]

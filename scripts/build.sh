@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The release build: static `ib-sriov` and `thin_entrypoint`, with no shared-library
+# The release build: static `ib-sriov` and `thin_entrypoint` (the CNI binary and the
+# image's entrypoint, package ib-sriov-cni) and `ib-sriovctl` (the node tools, package
+# src/ib-sriovctl; the whole workspace is built), with no shared-library
 # dependency, so one binary runs on every node OS (RHEL 8, Ubuntu 20.04 / DGX OS 5 and
 # Amazon Linux 2 have glibc older than the build machine's), for this machine's
 # architecture or, with --arch, for any architecture the Go plugin's image ships.
@@ -8,7 +10,7 @@
 #   scripts/build.sh --arch ARCH [cargo build args...]
 #                    ARCH: x86_64, aarch64, powerpc64le or s390x (-unknown-linux-gnu)
 #
-# Prints the directory holding the two binaries on stdout (target/<triple>/release for
+# Prints the directory holding the three binaries on stdout (target/<triple>/release for
 # this machine's architecture, target/cross/<triple>/release for another).
 #
 # How: glibc static-pie, `RUSTFLAGS=-C target-feature=+crt-static` with an explicit
@@ -53,7 +55,7 @@ build=(build)
 host_arch="$(uname -m)"
 if [[ -z "$arch" || "$arch" == "$host_arch" ]]; then
     . scripts/static-flags.sh # sets triple and RUSTFLAGS
-    cargo "${build[@]}" --release --locked --target "$triple" --bins "$@" >&2
+    cargo "${build[@]}" --release --locked --target "$triple" --workspace --bins "$@" >&2
     echo "$PWD/target/$triple/release"
     exit 0
 fi
@@ -77,5 +79,5 @@ env PATH="/usr/bin:/bin:/usr/sbin:/sbin" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/r
     RUSTC_BOOTSTRAP=1 "$linker_var=$gnu-gcc" \
     RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
     /usr/bin/cargo "${build[@]}" --release --locked --target "$triple" --target-dir target/cross \
-    -Zbuild-std=std,panic_unwind --bins "$@" >&2
+    -Zbuild-std=std,panic_unwind --workspace --bins "$@" >&2
 echo "$PWD/target/cross/$triple/release"

@@ -33,7 +33,7 @@ for arch in "$@"; do
     dir="$(scripts/build.sh --arch "$arch")"
     t1=$(date +%s)
     pass "$arch: built in $((t1 - t0)) s: $dir"
-    for b in ib-sriov thin_entrypoint; do
+    for b in ib-sriov ib-sriovctl thin_entrypoint; do
         f="$dir/$b"
         [[ -x "$f" ]] || fail "$arch: no $f"
         h="$(readelf -h "$f")"
@@ -53,6 +53,7 @@ for arch in "$@"; do
     v="$("$dir/ib-sriov" --version)" || fail "$arch: ib-sriov --version $how"
     grep -q '^ib-sriov cni version:' <<<"$v" || fail "$arch: --version said $v"
     j="$(CNI_COMMAND=VERSION "$dir/ib-sriov" </dev/null)" || fail "$arch: CNI_COMMAND=VERSION"
+    "$dir/ib-sriov" doctor --help | grep -q '^usage: ib-sriov doctor' || fail "$arch: ib-sriov doctor --help (ib-sriovctl beside it)"
     python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert "1.1.0" in v["supportedVersions"], v' "$j" ||
         fail "$arch: VERSION answered $j"
     # thin_entrypoint as the image runs it: copies the plugin, checks the copy answers VERSION.

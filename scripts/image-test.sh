@@ -86,6 +86,8 @@ mkdir -p "$tmp/image-bin"
 podman create --runtime runc --name "$ctr" "$index" >/dev/null
 podman cp "$ctr:/usr/bin/ib-sriov" "$tmp/image-bin/ib-sriov"
 podman cp "$ctr:/usr/bin/thin_entrypoint" "$tmp/image-bin/thin_entrypoint"
+# The node tools beside the plugin, as in the image: `ib-sriov doctor` runs them.
+podman cp "$ctr:/usr/bin/ib-sriovctl" "$tmp/image-bin/ib-sriovctl"
 podman rm "$ctr" >/dev/null
 run_opts=(--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
     --network none --cap-drop ALL --read-only --security-opt no-new-privileges)
@@ -129,6 +131,18 @@ pass "daemon mode: copy made, running until SIGTERM, exit 0 in ${secs}s"
 "$tmp/image-bin/ib-sriov" --version | grep -q '^ib-sriov cni version:[^,]*, commit:[0-9a-f]' ||
     fail "ib-sriov --version: $("$tmp/image-bin/ib-sriov" --version 2>&1)"
 pass "$("$tmp/image-bin/ib-sriov" --version)"
+# The node tools: the image's ib-sriovctl answers, and the image's ib-sriov runs it from
+# its own directory for `ib-sriov doctor` (issue 53); without it beside (the host's
+# copy in /opt/cni/bin), ib-sriov says where to get it and exits 2.
+"$tmp/image-bin/ib-sriovctl" --version | grep -q '^ib-sriovctl version:' ||
+    fail "ib-sriovctl --version: $("$tmp/image-bin/ib-sriovctl" --version 2>&1)"
+"$tmp/image-bin/ib-sriov" doctor --help | grep -q '^usage: ib-sriov doctor' ||
+    fail "ib-sriov doctor --help beside ib-sriovctl: $("$tmp/image-bin/ib-sriov" doctor --help 2>&1)"
+rc=0
+env PATH=/nonexistent "$tmp/cnibin1/ib-sriov" doctor >"$tmp/nodoctor.log" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q 'ib-sriovctl' "$tmp/nodoctor.log" ||
+    fail "ib-sriov doctor without ib-sriovctl: exit $rc, $(cat "$tmp/nodoctor.log")"
+pass "ib-sriovctl in the image; ib-sriov doctor runs it from beside itself, and without it exits 2 naming it"
 
 # 4. The tests that need no fail points, against the image's plugin and entrypoint. The
 # test binaries are the ones scripts/test.sh built (same flags, so no rebuild).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the ib-sriov image (Containerfile) with buildah, without any registry pull: the
 # image is FROM scratch and holds the two static binaries that scripts/build.sh makes
-# (/usr/bin/ib-sriov, /usr/bin/thin_entrypoint; entrypoint thin_entrypoint), one image
+# (/usr/bin/ib-sriov, /usr/bin/ib-sriovctl, /usr/bin/thin_entrypoint; entrypoint thin_entrypoint), one image
 # per platform, gathered in one OCI image index (a buildah manifest list), as the Go
 # ib-sriov-cni release image is (linux/amd64, linux/arm64, linux/ppc64le, linux/s390x).
 #
@@ -96,11 +96,11 @@ for p in "${plats[@]}"; do
     else
         bindir="$(scripts/build.sh --arch "$arch")"
     fi
-    for b in ib-sriov thin_entrypoint; do
+    for b in ib-sriov ib-sriovctl thin_entrypoint; do
         [[ -x "$bindir/$b" ]] || { echo "image.sh: missing $bindir/$b (run scripts/build.sh --arch $arch)" >&2; exit 1; }
     done
     rm -rf "${ctx:?}/$arch" && mkdir "$ctx/$arch"
-    cp Containerfile "$bindir/ib-sriov" "$bindir/thin_entrypoint" "$ctx/$arch/"
+    cp Containerfile "$bindir/ib-sriov" "$bindir/ib-sriovctl" "$bindir/thin_entrypoint" "$ctx/$arch/"
     echo "image.sh: building $tag-${p#linux/} ($p) from $bindir" >&2
     buildah build --layers=false --pull=false "${timestamp[@]}" --platform "$p" -f "$ctx/$arch/Containerfile" \
         --build-arg VERSION="$version" --build-arg REVISION="$revision" \

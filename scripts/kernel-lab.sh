@@ -570,6 +570,14 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] in ("real_kernel", "ib-sriov") and m.get("executable"):
         print(m["target"]["name"], m["executable"])')" || true
+# The node tools (doctor, exporter): `ib-sriov doctor` runs ib-sriovctl from its own
+# directory, so the guest gets a copy beside the plugin's.
+ctl="$(cargo build --features failpoints -p ib-sriovctl --bin ib-sriovctl --message-format=json 2>>"$out/build.log" |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "ib-sriovctl" and m.get("executable"):
+        print(m["executable"])')" || true
 # The guest runs copies, which no build on the host (other work in the same tree
 # rebuilds target/debug/ib-sriov in place) can change meanwhile. Not in the run directory:
 # the guest mounts that read-write without a page cache (9p), so every exec of the
@@ -585,6 +593,11 @@ while read -r name exe; do
     ib-sriov) cp "$exe" "$bindir/ib-sriov" && plugin_bin="$bindir/ib-sriov" ;;
     esac
 done <<<"$bins"
+[[ -n "$ctl" ]] && cp "$ctl" "$bindir/ib-sriovctl" || {
+    cat "$out/build.log" >&2
+    echo "kernel-lab: building ib-sriovctl (the node tools) failed" >&2
+    exit 1
+}
 if [[ -z "$testbin" || ! -x "$testbin" || -z "$plugin_bin" ]] || ! "$plugin_bin" --version >/dev/null; then
     cat "$out/build.log" >&2
     echo "kernel-lab: building tests/real_kernel.rs and the plugin failed" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a release of ib-sriov into dist/<version>/: for each architecture the static
-# `ib-sriov` and `thin_entrypoint` with their dependency lists, the multi-platform OCI
+# `ib-sriov`, `ib-sriovctl` and `thin_entrypoint` with their dependency lists, the multi-platform OCI
 # image archive, BUILDINFO and SHA256SUMS over all of them.
 #
 #   scripts/release.sh [--commit REV] [--snapshot] [--arches LIST] [--no-image] [--keep]
@@ -54,6 +54,9 @@
 #   ib-sriov-<version>-linux-<goarch>          the plugin (static; install it also as
 #                                              ib-sriov-ipam: one binary, dispatched by
 #                                              argv[0]; thin_entrypoint does that)
+#   ib-sriovctl-<version>-linux-<goarch>       the node tools: doctor, exporter, top
+#                                              (static; `ib-sriov doctor` runs it from
+#                                              the plugin's directory or PATH)
 #   thin_entrypoint-<version>-linux-<goarch>   the image's entrypoint (static)
 #   <binary>.deps.json                         the crates in that binary (below)
 #   ib-sriov-<version>.oci.tar                 the OCI image index of every platform
@@ -216,7 +219,7 @@ build_once() {
             die "$a: scripts/build.sh --arch $a failed (in $src)"
         t1=$(date +%s)
         say "$a: built in $((t1 - t0)) s ($bindir)"
-        for b in ib-sriov thin_entrypoint; do
+        for b in ib-sriov ib-sriovctl thin_entrypoint; do
             name="$b-$version-linux-$oci"
             install -m 0755 "$bindir/$b" "$out/$name"
             if grep -a -q -F -e "$work" -e "$cargo_home" -e "$host_sysroot" "$out/$name"; then

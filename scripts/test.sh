@@ -15,7 +15,10 @@ status=0
 # explicit --target so build scripts and proc-macros stay dynamic): the suites run
 # against a plugin linked exactly like the one shipped (tests/static_binary.rs checks).
 . scripts/static-flags.sh # sets triple and RUSTFLAGS
-cargo test --target "$triple" --features failpoints --lib --bins --tests "$@" 2>&1 | tee "$log" || status=$?
+# The whole workspace: the node tools' binary (ib-sriovctl) is built beside the plugin's
+# first, as the tests that run `ib-sriov doctor|exporter|top` need it there.
+cargo build --target "$triple" --features failpoints --workspace --bins >&2 || status=$?
+cargo test --target "$triple" --features failpoints --workspace --lib --bins --tests "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -1,5 +1,5 @@
 //! The plugin's own call metrics: how many CNI calls of each verb ended with each result
-//! code, and how long they took, for the exporter ([`crate::exporter`]).
+//! code, and how long they took, for the exporter (`ib-sriovctl exporter`, src/ib-sriovctl/exporter).
 //!
 //! Mechanism: one fixed-size file per stateDir, [`FILE_NAME`] in its `locks` directory
 //! (`<stateDir>/locks/calls.metrics`, beside the lock files and the Go cache index, where

@@ -202,66 +202,76 @@ pub fn version_string() -> String {
     )
 }
 
-/// A command run by hand (`ib-sriov <name> ...`): its flags, its usage text, its parser
-/// and its entry. A CNI runtime never passes arguments, so a command name as the first
+/// The commands of the node tools (`ib-sriov <name> ...`): the CNI binary links none of
+/// them, and runs the tools binary [`TOOLS_BIN`] with the same arguments instead
+/// ([`run_tools`]). A CNI runtime never passes arguments, so a command name as the first
 /// argument cannot collide with a CNI invocation.
-pub struct Subcommand {
-    /// The first argument that selects it.
-    pub name: &'static str,
-    /// The flags it takes ([`crate::process::Flag`]): what `check` accepts besides
-    /// `-h`/`--help`.
-    pub flags: &'static [crate::process::Flag],
-    /// Its usage text (`--help`), first line `usage: ` and the synopsis
-    /// ([`crate::process::synopsis`] of `flags`).
-    pub usage: &'static str,
-    /// Parses its arguments without running: `Err("")` for `-h`/`--help`, else the
-    /// error `run` prints with exit status 2.
-    pub check: fn(&[String]) -> Result<(), String>,
-    /// Runs it with the arguments after its name; the exit status.
-    pub run: fn(&[String]) -> i32,
+pub const TOOLS: &[&str] = &["doctor", "exporter", "top"];
+
+/// The node tools' executable's file name (package `ib-sriovctl`, src/ib-sriovctl).
+pub const TOOLS_BIN: &str = "ib-sriovctl";
+
+/// Where to get [`TOOLS_BIN`] when it is not installed (docs/install.md "Node tools").
+pub const TOOLS_WHERE: &str = "it is in the image at /usr/bin/ib-sriovctl (copy it out: docs/install.md \"Node tools\") and a release asset (ib-sriovctl-<version>-linux-<arch>)";
+
+/// The node tools' executable: [`TOOLS_BIN`] in the directory of this executable
+/// (`/proc/self/exe`, the file the kernel ran, whatever argv[0] says), else the first
+/// `PATH` entry holding an executable file of that name; `None` when neither has one.
+pub fn find_tools() -> Option<std::path::PathBuf> {
+    let exe = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let beside = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(TOOLS_BIN)));
+    if let Some(p) = beside.filter(|p| exe(p)) {
+        return Some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(TOOLS_BIN))
+        .find(|p| exe(p))
 }
 
-/// Every command run by hand, as [`manual_run`] dispatches them (also the list the
-/// no-panic test and the usage test walk).
-pub const SUBCOMMANDS: &[Subcommand] = &[
-    Subcommand {
-        name: "doctor",
-        flags: crate::doctor::FLAGS,
-        usage: crate::doctor::USAGE,
-        check: crate::doctor::check_args,
-        run: crate::doctor::run,
-    },
-    Subcommand {
-        name: "exporter",
-        flags: crate::exporter::FLAGS,
-        usage: crate::exporter::USAGE,
-        check: |a| crate::exporter::parse_args(a).map(|_| ()),
-        run: crate::exporter::run,
-    },
-    Subcommand {
-        name: "top",
-        flags: crate::top::FLAGS,
-        usage: crate::top::USAGE,
-        check: |a| crate::top::parse_args(a).map(|_| ()),
-        run: crate::top::run,
-    },
-];
+/// `ib-sriov <tool> args...`: replaces this process with [`find_tools`]'s executable,
+/// run as `ib-sriovctl <tool> args...` (`execv(2)`: same pid, environment, stdio, so
+/// the exit status is the tool's); returns only on failure: 2, after saying on stderr
+/// that the tools are not installed and [`TOOLS_WHERE`] (or why the exec failed).
+fn run_tools(args: &[std::ffi::OsString]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some(bin) = find_tools() else {
+        print_err(&format!(
+            "ib-sriov: `{}` is a node tool, in the binary {TOOLS_BIN}, which is installed neither beside this one nor on PATH; {TOOLS_WHERE}\n",
+            args[0].to_string_lossy()
+        ));
+        return 2;
+    };
+    let e = std::process::Command::new(&bin)
+        .arg0(TOOLS_BIN)
+        .args(args)
+        .exec();
+    print_err(&format!("ib-sriov: running {}: {e}\n", bin.display()));
+    2
+}
 
-/// The top-level usage text (`ib-sriov --help`): the plugin's own flags, then the
-/// synopsis of every [`SUBCOMMANDS`] entry made from its flag table, so it lists every
-/// flag of every command.
+/// The usage text (`ib-sriov --help`): the plugin's own flags, and the node tools'
+/// commands, which [`TOOLS_BIN`] runs.
 pub fn usage() -> String {
-    let mut s = String::from("usage: ib-sriov [-v|--version|-h|--help]\n");
-    for c in SUBCOMMANDS {
-        s += &format!("       {}\n", crate::process::synopsis(c.name, c.flags));
-    }
-    s + "ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
+    format!(
+        "usage: ib-sriov [-v|--version|-h|--help]
+       ib-sriov {{{}}} [ARGS...]
+ib-sriov is a CNI plugin: a container runtime runs it with CNI_COMMAND and the other
 CNI_* variables set and the network configuration on stdin (CNI SPEC.md).
-`ib-sriov doctor` prints the node's InfiniBand SR-IOV state as the plugin sees it and
-what is wrong with it, read-only (`ib-sriov doctor --help`; docs/operations.md \"Diagnosing a node\").
-`ib-sriov exporter` serves the node's attachment counters and the plugin's call metrics
-to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metrics\");
-`ib-sriov top` shows them live in the terminal."
+`ib-sriov doctor`, `ib-sriov exporter` and `ib-sriov top`, the node tools (the node's
+state and what is wrong with it, Prometheus metrics, a live view; docs/operations.md),
+are in the binary {TOOLS_BIN}: ib-sriov runs {TOOLS_BIN} with the same arguments, found
+in its own directory, else on PATH; when neither has one, it says so and exits 2:
+{TOOLS_WHERE}.
+`{TOOLS_BIN} --help` lists the commands' flags.",
+        TOOLS.join("|")
+    )
 }
 
 /// What a run by hand (no CNI protocol) prints, as the Go plugin's flag handling and
@@ -269,19 +279,12 @@ to Prometheus, read-only (`ib-sriov exporter --help`; docs/operations.md \"Metri
 /// version line on stdout, exit 0; `-h`/`--help`: usage on stdout, exit 0; any other
 /// argument: usage on stderr, exit 2; no argument and no `CNI_COMMAND`: the version line
 /// and the supported CNI versions on stderr, exit 0 (skel's `PluginMainFuncs` with an
-/// `about` text), without reading stdin. A first argument naming one of
-/// [`SUBCOMMANDS`] runs it. `None`: a CNI call, run the protocol.
+/// `about` text), without reading stdin. A first argument naming one of [`TOOLS`]
+/// runs the node tools' binary ([`run_tools`]). `None`: a CNI call, run the protocol.
 fn manual_run() -> Option<i32> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(c) = args
-        .first()
-        .and_then(|a| SUBCOMMANDS.iter().find(|c| a == c.name))
-    {
-        let rest: Vec<String> = args[1..]
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        return Some((c.run)(&rest));
+    if args.first().is_some_and(|a| TOOLS.iter().any(|t| a == t)) {
+        return Some(run_tools(&args));
     }
     manual_args("ib-sriov", &args, version_string, usage)
 }
@@ -462,86 +465,6 @@ fn serve_call(
                 .unwrap_or_else(|| "unknown panic".into());
             emit(&CniError::internal(format!("internal error (panic): {msg}")).to_json(&version));
             (1, Some(code::INTERNAL))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The flag tables are what the parsers take, and the usage texts show exactly
-    /// them: every table flag is accepted by its command's parser (with a value when it
-    /// takes one) and refused without its value; a word that is no flag is refused;
-    /// the command's usage text begins with its synopsis made from the table, names no
-    /// `--flag` outside it and describes each flag on a line of its own where it
-    /// describes any; the top-level usage shows the same synopsis. A new flag must be
-    /// added to the command's table (`doctor::FLAGS`, ...) or its parser refuses it.
-    #[test]
-    fn usage_texts_list_exactly_the_flags_the_parsers_take() {
-        let top = usage();
-        for c in SUBCOMMANDS {
-            let syn = crate::process::synopsis(c.name, c.flags);
-            assert_eq!(
-                c.usage.lines().next(),
-                Some(format!("usage: {syn}").as_str()),
-                "{}: the first line of its usage is not its table's synopsis",
-                c.name
-            );
-            assert!(
-                top.lines().any(|l| l.trim_start() == syn),
-                "ib-sriov --help lacks {syn:?}:\n{top}"
-            );
-            let described = c
-                .usage
-                .lines()
-                .filter(|l| l.trim_start().starts_with("--"))
-                .count();
-            for f in c.flags {
-                let mut args = vec![f.name.to_string()];
-                if let Some(v) = f.value {
-                    // A value each parser takes for this flag.
-                    let good = match (f.name, v) {
-                        ("--listen", _) => "127.0.0.1:1",
-                        ("--interval" | "--doctor-interval", _) => "1",
-                        _ => "/x",
-                    };
-                    args.push(good.into());
-                    assert!(
-                        (c.check)(&args[..1]).is_err_and(|e| e.contains("needs")),
-                        "{} {}: accepted without its value",
-                        c.name,
-                        f.name
-                    );
-                }
-                assert_eq!((c.check)(&args), Ok(()), "{} {args:?}", c.name);
-                if described > 0 {
-                    assert!(
-                        c.usage
-                            .lines()
-                            .any(|l| l.trim_start().starts_with(&format!("{} ", f.name))),
-                        "{}: {} has no line of its own in\n{}",
-                        c.name,
-                        f.name,
-                        c.usage
-                    );
-                }
-            }
-            assert_eq!((c.check)(&["--help".into()]), Err(String::new()));
-            assert_eq!((c.check)(&["-h".into()]), Err(String::new()));
-            assert!((c.check)(&["--no-such-flag".into()]).is_err());
-            for word in c
-                .usage
-                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '-'))
-            {
-                if word.starts_with("--") && word.len() > 2 && word != "--help" {
-                    assert!(
-                        c.flags.iter().any(|f| f.name == word),
-                        "{}: its usage names {word}, which its parser refuses",
-                        c.name
-                    );
-                }
-            }
         }
     }
 }

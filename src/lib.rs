@@ -8,14 +8,15 @@
 //!   under both), [`netns`], [`ipam`] (built-in allocator), [`journal`], [`fsutil`]
 //!   (atomic writes, bounded locks); they know nothing of CNI.
 //! - [`plugin`]: the only place that orders steps, journals them and undoes them.
+//! - [`cli`]: the CNI binary's entry (`ib-sriov`, `ib-sriov-ipam`); the node tools
+//!   (doctor, exporter, top) are the crate `ib-sriovctl` (src/ib-sriovctl), which this
+//!   library does not link.
 
 pub mod boot;
 pub mod callmetrics;
 pub mod cli;
 pub mod cni;
 pub mod config;
-pub mod doctor;
-pub mod exporter;
 pub mod failpoint;
 pub mod fsutil;
 pub mod gocache;
@@ -31,7 +32,6 @@ pub mod policy;
 pub mod process;
 pub mod rdma;
 pub mod sysfs;
-pub mod top;
 pub mod types;
 pub mod vfguid;
 pub mod watchdog;

@@ -4,8 +4,8 @@
 //! log of one CNI call, and for the commands run by hand (`doctor`, `exporter`, `top`,
 //! `--help`, `--version`) writing to stdout and stderr without a panic ([`print_out`],
 //! [`print_err`]) and their flag tables ([`Flag`]). Below [`crate::plugin`],
-//! [`crate::ipam_plugin`], [`crate::cli`], [`crate::doctor`], [`crate::exporter`] and
-//! [`crate::top`], which use it; it uses only [`crate::logging`] and [`crate::cni`].
+//! [`crate::ipam_plugin`], [`crate::cli`] and the node tools (`ib-sriovctl`: doctor, exporter and
+//! top), which use it; it uses only [`crate::logging`] and [`crate::cni`].
 
 /// When [`crate::cli::main`] began: the start of the process, for the verb's time bound
 /// ([`crate::plugin::VERB_BUDGET`]).

@@ -174,11 +174,11 @@ fn every_alert_has_a_runbook_section() {
 
 /// Every `ib_sriov_*` metric the alerts read is one the exporter serves: its name
 /// (without the `_total`, `_count`, `_bucket` suffix the encoder adds) is a string in
-/// src/exporter/.
+/// src/ib-sriovctl/exporter/.
 #[test]
 fn every_metric_an_alert_reads_is_served() {
     let mut src = String::new();
-    for e in std::fs::read_dir(repo("src/exporter")).unwrap() {
+    for e in std::fs::read_dir(repo("src/ib-sriovctl/exporter")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "rs") {
             src.push_str(&std::fs::read_to_string(p).unwrap());
@@ -197,7 +197,7 @@ fn every_metric_an_alert_reads_is_served() {
             .unwrap_or(&tok);
         assert!(
             src.contains(&format!("\"{base}\"")),
-            "{RULES} reads {tok}, which src/exporter/ never names"
+            "{RULES} reads {tok}, which src/ib-sriovctl/exporter/ never names"
         );
         seen += 1;
     }

@@ -1168,10 +1168,23 @@ fn doctor_conf_and_add_agree_on_broken_configurations() {
     assert_no_state(&lab);
 }
 
-/// `ib-sriov --help` names the doctor (issue 30: an admin finds it from the binary).
+/// `ib-sriov --help` names the doctor and the binary it is in (issue 30: an admin finds
+/// it from the binary; issue 53: the node tools' own binary), and `ib-sriov doctor
+/// --help` gives its synopsis.
 #[test]
 fn help_lists_doctor() {
     let out = run_bin(&["--help"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_has_all(&text, &["`ib-sriov doctor`", "ib-sriovctl"]);
+    let out = run_bin(&["doctor", "--help"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_has_all(&text, &["usage: ib-sriov doctor [--json] [--conf FILE]"]);
+    let out = std::process::Command::new(common::lab::tools_bin())
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_has_all(

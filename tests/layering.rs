@@ -26,9 +26,25 @@ fn rust_files(p: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// Top-level module -> the top-level modules its code names as `crate::<name>`.
+/// The folder of the node tools' crate (`ib-sriovctl`): a crate of its own inside src/,
+/// whose modules are not the library's.
+const TOOLS: &str = "src/ib-sriovctl";
+
+/// Whether `dir` is the root of a member crate (holds a Cargo.toml).
+fn is_crate(dir: &Path) -> bool {
+    dir.join("Cargo.toml").is_file()
+}
+
+/// The library's top-level module -> the top-level modules its code names as
+/// `crate::<name>`.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    graph_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// [`graph`] of the crate whose root folder is `src` (its `lib.rs`/`main.rs` beside the
+/// modules; `bin/` and member crates' folders are no modules of it).
+fn graph_of(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let src = src.to_path_buf();
     let mods: BTreeSet<String> = std::fs::read_dir(&src)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -36,7 +52,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             let n = p.file_name()?.to_str()?.to_string();
             match n.strip_suffix(".rs") {
                 Some(m) if m != "main" && m != "lib" => Some(m.to_string()),
-                None if p.is_dir() && n != "bin" => Some(n),
+                None if p.is_dir() && n != "bin" && !is_crate(&p) => Some(n),
                 _ => None,
             }
         })
@@ -128,6 +144,50 @@ fn the_entry_is_named_by_no_module_and_process_by_no_layer_above_it() {
     }
     for user in ["plugin", "ipam_plugin"] {
         assert!(g[user].contains("process"), "{user} does not use process");
+    }
+}
+
+/// The node tools' crate (src/ib-sriovctl) stands above the library: its modules (doctor,
+/// exporter, top) form no circle, the library's modules are all it names besides them
+/// (through its re-exports, `crate::plugin`), and no code of the library names the
+/// tools crate (`ib_sriovctl`) nor one of its modules.
+#[test]
+fn the_tools_crate_stands_above_the_library() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = graph_of(&root.join(TOOLS));
+    assert_eq!(
+        tools.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["doctor", "exporter", "top"],
+        "the tools crate's modules"
+    );
+    for m in tools.keys() {
+        if let Some(c) = circle(&tools, m) {
+            panic!("a circle of imports in {TOOLS}: {}", c.join(" -> "));
+        }
+    }
+    let lib = graph();
+    for m in ["doctor", "exporter", "top"] {
+        assert!(!lib.contains_key(m), "the library has a module {m}");
+    }
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(root.join("src")).unwrap() {
+        let p = e.unwrap().path();
+        if !is_crate(&p) {
+            rust_files(&p, &mut files);
+        }
+    }
+    assert!(files.len() > 50, "library files: {}", files.len());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let code = code_of(&text);
+        for bad in [
+            "ib_sriovctl",
+            "crate::doctor",
+            "crate::exporter",
+            "crate::top::",
+        ] {
+            assert!(!code.contains(bad), "{}: names {bad}", f.display());
+        }
     }
 }
 
@@ -298,7 +358,7 @@ fn folder_graph(src: &Path, dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
 fn folders(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
-        if p.is_dir() {
+        if p.is_dir() && !is_crate(&p) {
             out.push(p.clone());
             folders(&p, out);
         }
@@ -340,7 +400,19 @@ fn modules_inside_each_folder_form_no_circle() {
         g.get("add").is_some_and(|d| d.contains("steps")),
         "the checker reads plugin/add.rs naming steps: {g:?}"
     );
-    let circles = folder_circles(&src);
+    let mut circles = folder_circles(&src);
+    // The tools' crate, its own root: `crate::doctor::report` for src/ib-sriovctl/doctor.
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(TOOLS);
+    let g = folder_graph(&tools, &tools.join("doctor"));
+    assert!(
+        g.get("findings").is_some_and(|d| d.contains("report")),
+        "the checker reads doctor/findings.rs naming report: {g:?}"
+    );
+    circles.extend(
+        folder_circles(&tools)
+            .into_iter()
+            .map(|c| format!("{TOOLS}/{c}")),
+    );
     assert!(
         circles.is_empty(),
         "circles of imports inside folders:\n{}",

@@ -11,15 +11,17 @@
 //! SIGPIPE (src/process.rs `print_out`). `top` without a terminal says so in one line
 //! and exits 2.
 //!
-//! The commands: the plugin's own flags, every subcommand `ib-sriov --help` lists (the
-//! dispatcher's table, `cli::SUBCOMMANDS`, which a unit test holds to that text) with
-//! every flag its own `--help` lists, the IPAM plugin (`ib-sriov-ipam`, the same
+//! The commands: the plugin's own flags, every subcommand of the node tools (`ib-sriovctl
+//! --help` lists them: its table, `ib_sriovctl::SUBCOMMANDS`, which a unit test holds to
+//! that text), run as users type them, `ib-sriov NAME` (which runs `ib-sriovctl NAME`),
+//! with every flag its own `--help` lists, the IPAM plugin (`ib-sriov-ipam`, the same
 //! executable under that name), every CNI verb through `CNI_COMMAND`, and
 //! `thin_entrypoint`. Nothing here changes the host: the CNI verbs get a sysfs root and
 //! a stateDir of their own and a configuration they refuse before touching anything.
 //!
-//! Also: the top-level `--help` lists every flag of every subcommand, as each
-//! subcommand's `--help` does (finding 6).
+//! Also: `ib-sriovctl --help` lists every flag of every subcommand, as each
+//! subcommand's `--help` does (finding 6); without the tools binary, `ib-sriov doctor`
+//! says where to get it and exits 2 (issue 53).
 
 #[path = "common/reaped.rs"]
 mod reaped;
@@ -182,10 +184,16 @@ fn stdout_of(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The subcommands `ib-sriov --help` lists (`ib-sriov NAME [...]` lines), each with its
-/// synopsis there.
+/// The subcommands the node tools' `ib-sriovctl --help` lists (`ib-sriov NAME [...]`
+/// lines: the synopsis users type, which the plugin hands over), each with its synopsis
+/// there. `ib-sriov --help` names each of them.
 fn subcommands() -> Vec<(String, String)> {
-    let help = stdout_of(&["--help"]);
+    let out = Command::new(Path::new(BIN).with_file_name("ib-sriovctl"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ib-sriovctl --help: {out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
     let v: Vec<(String, String)> = help
         .lines()
         .filter(|l| l.starts_with("usage: ") || l.starts_with(' '))
@@ -197,6 +205,13 @@ fn subcommands() -> Vec<(String, String)> {
         })
         .collect();
     assert!(v.len() >= 3, "no subcommands in --help:\n{help}");
+    let top = stdout_of(&["--help"]);
+    for (name, _) in &v {
+        assert!(
+            top.contains(&format!("`ib-sriov {name}`")),
+            "ib-sriov --help does not name {name}:\n{top}"
+        );
+    }
     v
 }
 
@@ -382,7 +397,65 @@ fn no_command_panics_with_stdout_gone_without_a_terminal_or_with_bad_flags() {
     assert!(runs > 100, "{runs} runs");
 }
 
-/// The top-level `--help` lists every flag of every subcommand: its line for a
+/// `ib-sriov doctor|exporter|top` without the node tools installed (no `ib-sriovctl`
+/// beside the plugin, none on `PATH`): exit status 2, nothing on stdout, and stderr
+/// names the binary and where to get it; `ib-sriov --help` says so too.
+#[test]
+fn a_tool_without_the_tools_binary_says_where_to_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("ib-sriov");
+    std::fs::copy(BIN, &lone).unwrap();
+    for args in [
+        &["doctor"][..],
+        &["exporter", "--once"],
+        &["top"],
+        &["doctor", "--help"],
+    ] {
+        let out = output_of_copy(
+            Command::new(&lone)
+                .args(args)
+                .env("PATH", dir.path().join("nothing")),
+        );
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("ib-sriovctl")
+                && err.contains("/usr/bin/ib-sriovctl")
+                && err.contains("release asset"),
+            "{args:?}: {err}"
+        );
+    }
+    // Found on PATH when not beside the plugin.
+    let out = output_of_copy(
+        Command::new(&lone)
+            .args(["doctor", "--help"])
+            .env("PATH", Path::new(BIN).parent().unwrap()),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let help = stdout_of(&["--help"]);
+    assert!(
+        help.contains("ib-sriovctl") && help.contains("exits 2"),
+        "{help}"
+    );
+}
+
+/// `cmd.output()` of a freshly copied executable: retried while exec fails with
+/// `ETXTBSY` (a child forked by another test thread still holds the copy's write
+/// descriptor until it execs).
+fn output_of_copy(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    panic!("{cmd:?}: ETXTBSY for 2 s")
+}
+
+/// The node tools' `--help` lists every flag of every subcommand: its line for a
 /// subcommand is that subcommand's own synopsis (the first line of `ib-sriov NAME
 /// --help`), and names every flag the subcommand's usage describes.
 #[test]
@@ -393,13 +466,13 @@ fn top_level_help_lists_every_flag_of_every_subcommand() {
         let synopsis = own.lines().next().unwrap().trim_start_matches("usage: ");
         if synopsis != line {
             bad.push(format!(
-                "{name}: ib-sriov --help shows\n  {line}\nib-sriov {name} --help shows\n  {synopsis}"
+                "{name}: ib-sriovctl --help shows\n  {line}\nib-sriov {name} --help shows\n  {synopsis}"
             ));
         }
         let top: Vec<String> = flags_of(&line);
         for f in flags_of(&own) {
             if !top.contains(&f) {
-                bad.push(format!("{name}: {f} is missing from ib-sriov --help"));
+                bad.push(format!("{name}: {f} is missing from ib-sriovctl --help"));
             }
         }
         assert!(!flags_of(&own).is_empty(), "{name}: no flags in\n{own}");

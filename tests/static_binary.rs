@@ -149,6 +149,39 @@ fn plugin_is_static_and_runs_with_an_empty_environment() {
     }
 }
 
+/// The node tools' binary (`ib-sriovctl`, beside the plugin as in the image) is static
+/// too, answers `--version` with the plugin's version, and the plugin runs it for
+/// `ib-sriov doctor --help` with an empty environment (found beside itself, no `PATH`).
+#[test]
+fn tools_binary_is_static_and_the_plugin_runs_it() {
+    let tools = common::lab::tools_bin();
+    assert_static(&tools);
+    let out = Command::new(&tools)
+        .arg("--version")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "ib-sriovctl version:{}, commit:",
+            ib_sriov_cni::version()
+        )),
+        "{line}"
+    );
+    let out = Command::new(common::lab::bin())
+        .args(["doctor", "--help"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("usage: ib-sriov doctor"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn thin_entrypoint_is_static_and_runs_with_an_empty_environment() {
     let bin = thin_entrypoint();

@@ -1,6 +1,6 @@
 //! One reader of a VF's GUIDs, source by source: the VF table of its PF over rtnetlink,
 //! the MLNX_OFED per-VF files and the VF's IPoIB netdevs. ADD's clash check
-//! ([`super::node_vf_guids`]) and `ib-sriov doctor` (src/doctor/collect.rs) both read
+//! ([`super::node_vf_guids`]) and `ib-sriov doctor` (src/ib-sriovctl/doctor/collect.rs) both read
 //! through [`VfGuids::read`] and only shape the answer differently.
 
 use crate::netlink::vf::VfConfig;

@@ -9,9 +9,49 @@ use std::process::Output;
 /// The plugin binary under test: the file named by `IB_SRIOV_BIN` when that is set (CI
 /// runs the end-to-end tests that need no fail points once against the binary taken out
 /// of the image, scripts/image-test.sh), else the one cargo built for the tests.
+///
+/// The node tools' binary must be beside it ([`tools_bin`]): the tests run `ib-sriov
+/// doctor|exporter|top`, which runs it from there. Cargo builds a package's own binaries
+/// for its tests, not another member's: scripts/test.sh builds the whole workspace
+/// first (`cargo build --target "$triple" --features failpoints --workspace --bins`).
 pub fn bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("IB_SRIOV_BIN") {
+    let b = plugin_bin(&BIN);
+    let t = b.with_file_name("ib-sriovctl");
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let build = "build the node tools first, as scripts/test.sh does (cargo build --target <triple> --features failpoints --workspace --bins)";
+        assert!(t.is_file(), "no {} beside the plugin under test: {build}", t.display());
+        // A tools binary built at another commit (cargo rebuilt the plugin for the
+        // tests, not the other package's binary) says another version: refused.
+        let out = std::process::Command::new(&t)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", t.display()));
+        let got = String::from_utf8_lossy(&out.stdout);
+        let plugin = std::process::Command::new(b)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+        let want = String::from_utf8_lossy(&plugin.stdout).replacen("ib-sriov cni", "ib-sriovctl", 1);
+        assert!(
+            got.split(", date:").next() == want.split(", date:").next(),
+            "{} is stale ({}) against the plugin ({}): {build}",
+            t.display(),
+            got.trim(),
+            want.trim()
+        );
+    });
+    b
+}
+
+/// The node tools' binary (`ib-sriovctl`, package src/ib-sriovctl) beside [`bin`].
+pub fn tools_bin() -> PathBuf {
+    bin().with_file_name("ib-sriovctl")
+}
+
+fn plugin_bin(cell: &'static std::sync::OnceLock<PathBuf>) -> &'static Path {
+    cell.get_or_init(|| match std::env::var_os("IB_SRIOV_BIN") {
         Some(p) if !p.is_empty() => {
             let p = PathBuf::from(p);
             assert!(

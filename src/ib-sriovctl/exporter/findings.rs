@@ -265,7 +265,7 @@ mod tests {
     /// either exported with its subject or counted only: a new code must be placed.
     #[test]
     fn every_plain_pass_code_is_placed() {
-        let doc = include_str!("../../docs/operations.md");
+        let doc = include_str!("../../../docs/operations.md");
         let start = doc.find("### Findings").expect("Findings section");
         let table = &doc[start..];
         let table = &table[table.find("| code").expect("the codes' table")..];
