@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""A same-run A/B of several ib-sriov builds: ADD+DEL cycles spawned directly.
+
+Run by `scripts/bench.sh --spawn` (which makes the emulated host, the store and the
+configs), as ONE `ip netns exec <emulated host netns> python3 bench_spawn.py SPEC`: the
+harness is in the host netns for the whole run, and each ADD and DEL is one
+posix_spawn() of the plugin with the CNI environment (CNI_COMMAND, CNI_CONTAINERID,
+CNI_NETNS, CNI_IFNAME, CNI_PATH: CNI SPEC.md "Parameters") and the network config on
+stdin, reaped with wait4(), whose rusage gives the child's user+sys CPU to the
+microsecond (its waited-for children included: host-local under host-device). Wall
+time is CLOCK_MONOTONIC (perf_counter_ns) around spawn+wait.
+
+SPEC (JSON): {"rounds": R, "cycles": C, "warmup": W, "gap_ms": G, "tmp": DIR,
+  "rows": [{"name": N, "argv": [...], "conf": FILE, "podns": PATH, "env": {...},
+            "dev": NETDEV}]}
+Each round runs every row's W untimed warm-up cycles and then its C timed cycles,
+the rows in an order rotated by one each round (row k first in round k mod rows), so
+neither load drift nor "who runs after whom" favours a row. Before each timed call an
+untimed sleep drawn from [0, G] ms (same seeded sequence per row: scripts/bench.sh
+--gap says why).
+
+Output: a table on stdout, per row and for ADD, DEL and the cycle: medians of wall and
+of CPU (ms) and their spread (the interquartile range, p75 - p25, in ms); with a row
+named "hostdevice", each row's CPU and wall over that row's. SPEC's "json" (a path)
+receives the same figures and "samples" (a dir) the raw samples per row
+(ADD wall us, DEL wall us, ADD CPU us, DEL CPU us).
+"""
+import json
+import os
+import random
+import sys
+import time
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    rounds, cycles, warmup = spec["rounds"], spec["cycles"], spec["warmup"]
+    gap = float(spec.get("gap_ms", 0)) / 1000.0
+    tmp = spec["tmp"]
+    out_path, err_path = os.path.join(tmp, "spawn.out"), os.path.join(tmp, "spawn.err")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
+    rows = spec["rows"]
+    rngs = {r["name"]: random.Random(1) for r in rows}
+    samples = {r["name"]: [] for r in rows}
+    seq = {r["name"]: 0 for r in rows}
+
+    def call(row, cmd, cid, timed):
+        if timed and gap > 0:
+            time.sleep(rngs[row["name"]].uniform(0, gap))
+        env = dict(base, CNI_COMMAND=cmd, CNI_CONTAINERID=cid, CNI_NETNS=row["podns"],
+                   CNI_IFNAME="net1", CNI_PATH="/usr/lib/cni", **row.get("env", {}))
+        fa = [(os.POSIX_SPAWN_OPEN, 0, row["conf"], os.O_RDONLY, 0),
+              (os.POSIX_SPAWN_OPEN, 1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              (os.POSIX_SPAWN_OPEN, 2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(row["argv"][0], row["argv"], env, file_actions=fa)
+        _, status, ru = os.wait4(pid, 0)
+        t1 = time.perf_counter_ns()
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.stderr.write("bench_spawn: %s: %s %s failed (exit %s):\n"
+                             % (row["name"], cmd, cid, os.waitstatus_to_exitcode(status)))
+            for p in (out_path, err_path):
+                with open(p) as f:
+                    sys.stderr.write(f.read())
+            sys.exit(1)
+        return (t1 - t0) / 1000.0, (ru.ru_utime + ru.ru_stime) * 1e6
+
+    def cycle(row, timed):
+        seq[row["name"]] += 1
+        cid = "spawn-%s-%d" % (row["name"], seq[row["name"]])
+        aw, ac = call(row, "ADD", cid, timed)
+        dw, dc = call(row, "DEL", cid, timed)
+        if timed:
+            samples[row["name"]].append((aw, dw, ac, dc))
+
+    for k in range(rounds):
+        order = rows[k % len(rows):] + rows[:k % len(rows)]
+        for row in order:
+            for _ in range(warmup):
+                cycle(row, False)
+            for _ in range(cycles):
+                cycle(row, True)
+            if row.get("dev") and not os.path.exists("/sys/class/net/" + row["dev"]):
+                sys.exit("bench_spawn: %s: %s is not back in the host netns" % (row["name"], row["dev"]))
+
+    res = {}
+    for row in rows:
+        s = samples[row["name"]]
+        cols = {"add_wall": [x[0] for x in s], "del_wall": [x[1] for x in s],
+                "cycle_wall": [x[0] + x[1] for x in s], "add_cpu": [x[2] for x in s],
+                "del_cpu": [x[3] for x in s], "cycle_cpu": [x[2] + x[3] for x in s]}
+        res[row["name"]] = {k: {"median_ms": round(quantile(v, 0.5) / 1000, 3),
+                                "iqr_ms": round((quantile(v, 0.75) - quantile(v, 0.25)) / 1000, 3)}
+                            for k, v in cols.items()}
+        res[row["name"]]["n"] = len(s)
+        if spec.get("samples"):
+            os.makedirs(spec["samples"], exist_ok=True)
+            with open(os.path.join(spec["samples"], row["name"] + ".spawn.samples"), "w") as f:
+                for x in s:
+                    f.write("%.1f %.1f %.1f %.1f\n" % x)
+
+    print("%-12s %5s | %-17s %-17s %-17s | %-17s %-17s %-17s" % (
+        "build", "n", "ADD wall", "DEL wall", "cycle wall", "ADD CPU", "DEL CPU", "cycle CPU"))
+    print("%-12s %5s | %s" % ("", "", "(median ms, +-IQR ms)"))
+    for row in rows:
+        r = res[row["name"]]
+        cell = lambda k: "%7.2f +-%6.2f" % (r[k]["median_ms"], r[k]["iqr_ms"])
+        print("%-12s %5d | %s %s %s | %s %s %s" % (row["name"], r["n"], cell("add_wall"), cell("del_wall"),
+              cell("cycle_wall"), cell("add_cpu"), cell("del_cpu"), cell("cycle_cpu")))
+    if "hostdevice" in res:
+        hd = res["hostdevice"]
+        print()
+        print("over host-device + host-local (cycle medians; goal for CPU <= 0.30):")
+        for row in rows:
+            if row["name"] == "hostdevice":
+                continue
+            r = res[row["name"]]
+            print("  %-12s CPU %.3f  wall %.3f" % (
+                row["name"], r["cycle_cpu"]["median_ms"] / hd["cycle_cpu"]["median_ms"],
+                r["cycle_wall"]["median_ms"] / hd["cycle_wall"]["median_ms"]))
+    if spec.get("json"):
+        with open(spec["json"], "w") as f:
+            json.dump({"rounds": rounds, "cycles_per_round": cycles, "warmup_per_round": warmup,
+                       "gap_ms": spec.get("gap_ms", 0), "rows": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
