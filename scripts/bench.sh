@@ -20,7 +20,8 @@
 # default mode the stateDir is on ext4 too); host-device's veth lives in the same netns.
 # Reports medians and interquartile ranges of wall and CPU for ADD, DEL and the cycle,
 # and each build's ratio over host-device + host-local. Needs the emuhost example
-# (EMUHOST_BIN, default target/release/examples/emuhost); builds nothing.
+# (EMUHOST_BIN, default target/release/examples/emuhost); builds nothing. Env
+# BENCH_SPAWN_TRACE=DIR straces every timed call into DIR (bench_spawn.py says how).
 #
 # --exporter: the CPU and peak RSS of one `ib-sriov exporter` scrape of 128 attachments
 # (scripts/bench_exporter.sh says what it runs and the targets --check judges).
@@ -541,8 +542,8 @@ if [[ -n "$spawn" ]]; then
     fi
     rounds="${BENCH_ROUNDS:-8}"
     jq -s --argjson r "$rounds" --argjson c "$cycles" --argjson w "$warmup" --argjson g "$gap_ms" \
-        --arg tmp "$tmp" --arg json "$json_out" --arg samples "$samples_dir" \
-        '{rounds:$r,cycles:$c,warmup:$w,gap_ms:$g,tmp:$tmp,json:$json,samples:$samples,rows:.}' "$spec_rows" >"$tmp/spawn.json"
+        --arg tmp "$tmp" --arg json "$json_out" --arg samples "$samples_dir" --arg trace "${BENCH_SPAWN_TRACE:-}" --arg targs "${BENCH_SPAWN_TRACE_ARGS:-}" \
+        '{rounds:$r,cycles:$c,warmup:$w,gap_ms:$g,tmp:$tmp,json:$json,samples:$samples,trace:$trace,trace_args:$targs,rows:.}' "$spec_rows" >"$tmp/spawn.json"
     echo "bench: --spawn: $rounds rounds x $cycles cycles per row (+$warmup warm-up), order rotated per round" >&2
     ip netns exec "$h" "$python" "$repo/scripts/bench_spawn.py" "$tmp/spawn.json" >"$tmp/spawn.txt"
     echo

@@ -23,7 +23,11 @@ Output: a table on stdout, per row and for ADD, DEL and the cycle: medians of wa
 of CPU (ms) and their spread (the interquartile range, p75 - p25, in ms); with a row
 named "hostdevice", each row's CPU and wall over that row's. SPEC's "json" (a path)
 receives the same figures and "samples" (a dir) the raw samples per row
-(ADD wall us, DEL wall us, ADD CPU us, DEL CPU us).
+(ADD wall us, DEL wall us, ADD CPU us, DEL CPU us). SPEC's "trace" (a dir; bench.sh
+passes env BENCH_SPAWN_TRACE) runs each timed call under `strace -f -ttt -T -o
+DIR/<row>.<verb>.<container id>` (other strace options than -f -ttt -T: SPEC's
+"trace_args", env BENCH_SPAWN_TRACE_ARGS, e.g. "-ttt -T -e trace=sendto"), for a per-syscall breakdown; the timed figures then
+include strace's own cost.
 """
 import json
 import os
@@ -50,6 +54,9 @@ def main():
     out_path, err_path = os.path.join(tmp, "spawn.out"), os.path.join(tmp, "spawn.err")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "BENCH_", "IB_SRIOV_"))}
     rows = spec["rows"]
+    trace = spec.get("trace") or ""
+    if trace:
+        os.makedirs(trace, exist_ok=True)
     rngs = {r["name"]: random.Random(1) for r in rows}
     samples = {r["name"]: [] for r in rows}
     seq = {r["name"]: 0 for r in rows}
@@ -62,8 +69,12 @@ def main():
         fa = [(os.POSIX_SPAWN_OPEN, 0, row["conf"], os.O_RDONLY, 0),
               (os.POSIX_SPAWN_OPEN, 1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
               (os.POSIX_SPAWN_OPEN, 2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+        argv = row["argv"]
+        if trace and timed:  # strace of each timed call: the figures then include strace's cost
+            targs = (spec.get("trace_args") or "-f -ttt -T").split()
+            argv = ["/usr/bin/strace"] + targs + ["-o", os.path.join(trace, "%s.%s.%s" % (row["name"], cmd, cid))] + argv
         t0 = time.perf_counter_ns()
-        pid = os.posix_spawn(row["argv"][0], row["argv"], env, file_actions=fa)
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
         _, status, ru = os.wait4(pid, 0)
         t1 = time.perf_counter_ns()
         if os.waitstatus_to_exitcode(status) != 0:
