@@ -6,6 +6,22 @@
 #   scripts/bench.sh --scale [--cycles N] [--warmup N] [--store STORE] [--json FILE]
 #   scripts/bench.sh --storm [--pods P] [--rails R] [--probe-ms MS] [--json FILE] [--check]
 #   scripts/bench.sh --exporter [--attachments N] [--scrapes N] [--json FILE] [--check] [--no-findings]
+#   scripts/bench.sh --spawn NAME=BIN[,NAME=BIN...] [--cycles N] [--warmup N] [--gap MS]
+#                    [--store STORE] [--json FILE] [--samples DIR] [--no-hostdevice]
+#
+# --spawn: a same-run A/B of several builds of ib-sriov (each NAME=BIN, e.g.
+# ee75772=/tmp/ab-ee75772.ib-sriov), and host-device + host-local (row "hostdevice",
+# unless --no-hostdevice), by scripts/bench_spawn.py: ONE python process entered in the
+# emulated host's netns spawns every ADD and DEL itself (posix_spawn + wait4 rusage),
+# the rows in interleaved rounds with the order rotated each round (env BENCH_ROUNDS,
+# default 8; --cycles N timed cycles per row and round, default 8; --warmup default 3),
+# every build on the same emulated VF with the built-in IPAM and its own stateDir,
+# IPAM dataDir and goCacheDir ALL on the store (default loop-ext4, so unlike the
+# default mode the stateDir is on ext4 too); host-device's veth lives in the same netns.
+# Reports medians and interquartile ranges of wall and CPU for ADD, DEL and the cycle,
+# and each build's ratio over host-device + host-local. Needs the emuhost example
+# (EMUHOST_BIN, default target/release/examples/emuhost); builds nothing. Env
+# BENCH_SPAWN_TRACE=DIR straces every timed call into DIR (bench_spawn.py says how).
 #
 # --exporter: the CPU and peak RSS of one `ib-sriov exporter` scrape of 128 attachments
 # (scripts/bench_exporter.sh says what it runs and the targets --check judges).
@@ -262,6 +278,8 @@ check=0
 scale=0
 base_bin="${BENCH_BASE_BIN:-}"
 no_go_cache=0
+spawn=""
+spawn_hd=1
 while (($#)); do
     case "$1" in
     --scale) scale=1; shift ;;
@@ -281,12 +299,32 @@ while (($#)); do
     --store=*) store="${1#*=}"; shift ;;
     --base) base_bin="$2"; shift 2 ;;
     --base=*) base_bin="${1#*=}"; shift ;;
+    --spawn) spawn="$2"; shift 2 ;;
+    --spawn=*) spawn="${1#*=}"; shift ;;
+    --no-hostdevice) spawn_hd=0; shift ;;
     --check) check=1; shift ;;
     --no-go-cache) no_go_cache=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
+if [[ -n "$spawn" ]]; then
+    # --spawn: the builds given, nothing built; their first one stands in as "ours" for
+    # the emulated host's setup below.
+    declare -A spawn_bin=()
+    spawn_names=()
+    for nb in ${spawn//,/ }; do
+        n="${nb%%=*}" b="${nb#*=}"
+        [[ "$nb" == *=* && "$n" =~ ^[A-Za-z0-9._-]+$ && "$n" != hostdevice && -x "$b" ]] ||
+            { echo "bench: --spawn: '$nb' is not NAME=EXECUTABLE" >&2; exit 2; }
+        spawn_bin[$n]="$(realpath "$b")"
+        spawn_names+=("$n")
+    done
+    rows=ours
+    export BENCH_SKIP_BUILD=1
+    IB_SRIOV_BIN="${spawn_bin[${spawn_names[0]}]}"
+    [[ -n "$cycles" ]] || cycles=8
+fi
 if [[ -z "$cycles" ]]; then if ((scale)); then cycles=30; else cycles=200; fi; fi
 [[ "$cycles" =~ ^[1-9][0-9]*$ && "$warmup" =~ ^[0-9]+$ && "$gap_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
     { echo "bench: bad --cycles/--warmup/--gap" >&2; exit 2; }
@@ -473,6 +511,46 @@ if want ours; then
         echo "bench: ours: build or emulated host failed" >&2
         failed_rows+=(ours)
     fi
+fi
+
+if [[ -n "$spawn" ]]; then
+    [[ -n "${r_host[ours]-}" ]] || { echo "bench: --spawn: the emulated host failed" >&2; exit 1; }
+    h="${r_host[ours]}" vf="$(jq -r '.vfs[0].addr' "$tmp/emu.json")"
+    spec_rows="$tmp/spawn-rows.jsonl"
+    : >"$spec_rows"
+    for n in "${spawn_names[@]}"; do
+        cp "${spawn_bin[$n]}" "$tmp/bin/spawn-$n" # a copy, as the default mode's rows run
+        jq -n --arg vf "$vf" --arg sd "$sdir" --arg n "$n" \
+            '{cniVersion:"1.0.0",name:"bench",type:"ib-sriov",deviceID:$vf,stateDir:($sd+"/state-"+$n),
+              goCacheDir:($sd+"/go-cache-"+$n),ipam:{type:"ib-sriov-ipam",subnet:"10.78.0.0/24",dataDir:($sd+"/ipam-"+$n)}}' \
+            >"$tmp/spawn-$n.json"
+        jq -nc --arg n "$n" --arg bin "$tmp/bin/spawn-$n" --arg conf "$tmp/spawn-$n.json" \
+            --arg podns "/var/run/netns/$pod_ours" --arg root "$BENCH_SYSFS_ROOT" --arg dev "${r_dev[ours]}" \
+            '{name:$n,argv:[$bin],conf:$conf,podns:$podns,env:{IB_SRIOV_SYSFS_ROOT:$root},dev:$dev}' >>"$spec_rows"
+        echo "bench: spawn row $n: ${spawn_bin[$n]} ($("${spawn_bin[$n]}" --version 2>/dev/null | head -1))" >&2
+    done
+    if ((spawn_hd)); then
+        # host-device's veth in the same (emulated host) netns: one harness, one netns.
+        ip -n "$h" link add "$dev" type veth peer name "$peer"
+        ip -n "$h" link set "$dev" up
+        ip -n "$h" link set "$peer" up
+        jq -n --arg dev "$dev" --arg ipam "$sdir/ipam-hd" \
+            '{cniVersion:"1.0.0",name:"bench",type:"host-device",device:$dev,
+              ipam:{type:"host-local",subnet:"10.77.0.0/24",dataDir:$ipam}}' >"$tmp/spawn-hd.json"
+        jq -nc --arg conf "$tmp/spawn-hd.json" --arg podns "/var/run/netns/$pod" --arg dev "$dev" \
+            '{name:"hostdevice",argv:["/usr/lib/cni/host-device"],conf:$conf,podns:$podns,dev:$dev}' >>"$spec_rows"
+    fi
+    rounds="${BENCH_ROUNDS:-8}"
+    jq -s --argjson r "$rounds" --argjson c "$cycles" --argjson w "$warmup" --argjson g "$gap_ms" \
+        --arg tmp "$tmp" --arg json "$json_out" --arg samples "$samples_dir" --arg trace "${BENCH_SPAWN_TRACE:-}" --arg targs "${BENCH_SPAWN_TRACE_ARGS:-}" \
+        '{rounds:$r,cycles:$c,warmup:$w,gap_ms:$g,tmp:$tmp,json:$json,samples:$samples,trace:$trace,trace_args:$targs,rows:.}' "$spec_rows" >"$tmp/spawn.json"
+    echo "bench: --spawn: $rounds rounds x $cycles cycles per row (+$warmup warm-up), order rotated per round" >&2
+    ip netns exec "$h" "$python" "$repo/scripts/bench_spawn.py" "$tmp/spawn.json" >"$tmp/spawn.txt"
+    echo
+    echo "ADD+DEL cycles spawned in the emulated host netns (scripts/bench_spawn.py): $rounds interleaved rounds x $cycles cycles per row, untimed random gap 0-$gap_ms ms before each call, $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
+    echo "store (stateDir, IPAM dataDir and goCacheDir of every build; host-local's dataDir): $store_text"
+    cat "$tmp/spawn.txt"
+    exit 0
 fi
 
 if want hostdevice || want floor || want moves || want bare; then
