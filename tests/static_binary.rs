@@ -81,6 +81,26 @@ fn tool(cmd: &str, args: &[&str], path: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `bin --version` with an empty environment: exits 0 and prints `<name>
+/// version:<the library's version>, commit:...`; returns that line.
+fn version_line(bin: &Path, name: &str) -> String {
+    let out = Command::new(bin)
+        .arg("--version")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "{name} version:{}, commit:",
+            ib_sriov_cni::version()
+        )),
+        "{line}"
+    );
+    line
+}
+
 fn assert_static(path: &Path) {
     let (interp, needed) = elf_dynamic_facts(path);
     assert!(
@@ -113,20 +133,7 @@ fn plugin_is_static_and_runs_with_an_empty_environment() {
     assert!(out.status.success(), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["cniVersion"], "1.1.0", "{v}");
-    let out = Command::new(bin)
-        .arg("--version")
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let line = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        line.starts_with(&format!(
-            "ib-sriov cni version:{}, commit:",
-            ib_sriov_cni::version()
-        )),
-        "{line}"
-    );
+    let line = version_line(bin, "ib-sriov cni");
     // Not a release (scripts/release.sh sets IB_SRIOV_VERSION): X.Y.Z-dev+g<commit>,
     // the commit the line names too (a build from a git checkout, as CI's).
     if std::env::var_os("IB_SRIOV_VERSION").is_none() {
@@ -156,20 +163,7 @@ fn plugin_is_static_and_runs_with_an_empty_environment() {
 fn tools_binary_is_static_and_the_plugin_runs_it() {
     let tools = common::lab::tools_bin();
     assert_static(&tools);
-    let out = Command::new(&tools)
-        .arg("--version")
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let line = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        line.starts_with(&format!(
-            "ib-sriovctl version:{}, commit:",
-            ib_sriov_cni::version()
-        )),
-        "{line}"
-    );
+    version_line(&tools, "ib-sriovctl");
     let out = Command::new(common::lab::bin())
         .args(["doctor", "--help"])
         .env_clear()
