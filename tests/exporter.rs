@@ -8,6 +8,7 @@ mod common;
 
 use common::emuhost::{exec_in_netns, EmuOptions, Pod};
 use common::lab::{bin, Lab};
+use common::prometheus::{free_port, Prometheus};
 use common::reaped::Reaped;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -453,13 +454,6 @@ fn http_get(addr: &str) -> String {
     }
 }
 
-/// A child process killed (and reaped) on drop.
-/// A free TCP port on 127.0.0.1 (bound and released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// `GET path` on `addr` (HTTP/1.0): the status line and the body.
 fn get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
     use std::io::{Read, Write};
@@ -555,27 +549,13 @@ fn every_dashboard_query_returns_series_for_the_pod() {
         "the exporter",
     );
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let prometheus = Prometheus::start(
+        tmp.path(),
+        &format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: ib-sriov\n    static_configs:\n      - targets: ['{exp_addr}']\n"
         ),
-    )
-    .unwrap();
-    let prom_addr = format!("127.0.0.1:{}", free_port());
-    let _prometheus = Reaped::spawn(
-        std::process::Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                tmp.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null()),
-        "prometheus (Debian package prometheus)",
     );
+    let prom_addr = prometheus.addr.clone();
     // Until Prometheus has scraped the exporter.
     let t0 = std::time::Instant::now();
     loop {

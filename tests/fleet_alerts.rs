@@ -24,6 +24,7 @@ mod common;
 
 use common::emuhost::EmuOptions;
 use common::lab::{bin, Lab};
+use common::prometheus::{free_port, Prometheus};
 use common::reaped::Reaped;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -47,11 +48,6 @@ fn host_root(lab: &Lab) -> tempfile::TempDir {
     std::fs::create_dir_all(&lab.state).unwrap();
     link(&lab.state, &lab.state);
     d
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// `GET path` on `addr` (HTTP/1.0): the body.
@@ -106,7 +102,7 @@ fn rules_with(fors: &[(&str, &str)]) -> String {
 /// process is killed on drop.
 struct Fleet {
     // Dropped first: the processes, then the nodes they read.
-    _prometheus: Reaped,
+    _prometheus: Prometheus,
     _exporters: Vec<Reaped>,
     prom: String,
     exporters: Vec<String>,
@@ -139,30 +135,16 @@ impl Fleet {
         let tmp = tempfile::tempdir().unwrap();
         let rules_file = tmp.path().join("ib-sriov-alerts.rules.yml");
         std::fs::write(&rules_file, rules).unwrap();
-        let cfg = tmp.path().join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!(
+        let prometheus = Prometheus::start(
+            tmp.path(),
+            &format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: ib-sriov-exporter\n    static_configs:\n      - targets: ['{}']\n        labels: {{node: node-a}}\n      - targets: ['{}']\n        labels: {{node: node-b}}\n",
                 rules_file.display(),
                 addrs[0],
                 addrs[1]
             ),
-        )
-        .unwrap();
-        let prom = format!("127.0.0.1:{}", free_port());
-        let prometheus = Reaped::spawn(
-            std::process::Command::new("prometheus")
-                .arg(format!("--config.file={}", cfg.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    tmp.path().join("data").display()
-                ))
-                .arg(format!("--web.listen-address={prom}"))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null()),
-            "prometheus (Debian package prometheus, scripts/deps.sh test)",
         );
+        let prom = prometheus.addr.clone();
         let f = Fleet {
             _prometheus: prometheus,
             _exporters: exporters,

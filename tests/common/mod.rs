@@ -11,6 +11,7 @@ pub mod guid;
 pub mod lab;
 pub mod libcni;
 pub mod policy;
+pub mod prometheus;
 pub mod reaped;
 pub mod rng;
 pub mod script;
