@@ -1367,6 +1367,35 @@ fn libcni_add_check_del_same_as_direct() {
 
 // ------------------------------------------------ the walk-through's path, phase 1
 
+/// The address of an ADD result's first IP (`ips[0].address` without its prefix
+/// length, CNI SPEC.md "Success"). Panics when the result has none.
+fn first_ip(result: &Value) -> String {
+    result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The value of the one series of `metric` in exporter output `scrape` whose label set
+/// contains every `labels` pair; `None` when there is none. Panics on more than one.
+fn series_value(scrape: &str, metric: &str, labels: &[(&str, &str)]) -> Option<u64> {
+    let found: Vec<u64> = scrape
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(found.len() <= 1, "{metric} {labels:?}: {found:?}");
+    found.first().copied()
+}
+
 /// `ib-sriov exporter --once` on the plugin's stateDir: the value of the series of
 /// `metric` with label `vf="<vf>"`.
 fn exporter_value(p: &Plugin, metric: &str, vf: &str) -> Option<u64> {
@@ -1397,16 +1426,7 @@ fn walkthrough_two_pods_vf_to_vf_and_rxe_in_exclusive_mode() {
     let (ca, cb) = (p.conf(v0), p.conf(v1));
     let ra = p.run("ADD", "cid-wka", &a.path(), &ca).expect_ok("ADD a");
     let rb = p.run("ADD", "cid-wkb", &b.path(), &cb).expect_ok("ADD b");
-    let ip_of = |r: &Value| {
-        r["ips"][0]["address"]
-            .as_str()
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    let (ipa, ipb) = (ip_of(&ra), ip_of(&rb));
+    let (ipa, ipb) = (first_ip(&ra), first_ip(&rb));
     let tx0 = exporter_value(&p, "ib_sriov_netdev_transmit_packets_total", v0).unwrap();
     let rx0 = exporter_value(&p, "ib_sriov_netdev_receive_packets_total", v1).unwrap();
     let diag = |what: &str| {

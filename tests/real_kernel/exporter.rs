@@ -37,23 +37,6 @@ fn scrape(p: &Plugin) -> String {
     text(&out.stdout)
 }
 
-/// The value of the one series of `metric` whose label set contains every `labels`
-/// pair; `None` when there is none.
-fn series(scrape: &str, metric: &str, labels: &[(&str, &str)]) -> Option<u64> {
-    let found: Vec<u64> = scrape
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-        .collect();
-    assert!(found.len() <= 1, "{metric} {labels:?}: {found:?}");
-    found.first().copied()
-}
-
 /// `<dev>/ports/1/hw_counters/<name>` read in the pod's own sysfs.
 fn pod_hw_counter(pod: &Pod, dev: &str, name: &str) -> u64 {
     pod_counter(pod, dev, "hw_counters", name)
@@ -111,7 +94,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
 
     let labels = [("vf", vf.as_str()), ("rdma_device", rdma.as_str())];
     let oob = |s: &str| {
-        series(
+        series_value(
             s,
             "ib_sriov_rdma_hw_counter_total",
             &[
@@ -145,7 +128,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     // shows them.
     let set = "02:00:00:00:00:00:0b:01";
     assert_eq!(
-        series(
+        series_value(
             &s0,
             "ib_sriov_attachment_info",
             &[labels[0], ("node_guid", set), ("port_guid", set)]
@@ -179,7 +162,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     ] {
         let l = [labels[0], labels[1], ("port", "1"), ("counter", c)];
         assert_eq!(
-            series(&s0, "ib_sriov_rdma_hw_counter_total", &l),
+            series_value(&s0, "ib_sriov_rdma_hw_counter_total", &l),
             Some(0),
             "{c}"
         );
@@ -192,7 +175,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
         if let Some(c) = counter {
             l.push(("counter", c));
         }
-        series(s, metric, &l).unwrap_or_else(|| panic!("no {metric} {counter:?}:\n{s}"))
+        series_value(s, metric, &l).unwrap_or_else(|| panic!("no {metric} {counter:?}:\n{s}"))
     };
     let tx_bytes = |s: &str| port(s, "ib_sriov_rdma_port_transmit_bytes_total", None);
     let tx_pkts = |s: &str| {
@@ -237,7 +220,7 @@ fn ib_exporter_reads_rdma_counters_in_the_pod_netns() {
     );
     assert_eq!(sys, dropped);
     // The netdev counter of the same attachment agrees.
-    let nd = series(&s1, "ib_sriov_netdev_transmit_dropped_total", &labels[..1]).unwrap();
+    let nd = series_value(&s1, "ib_sriov_netdev_transmit_dropped_total", &labels[..1]).unwrap();
     assert_eq!(nd, dropped1);
 
     p.run("DEL", "cid-ibexp", &pod.path(), &conf)

@@ -822,13 +822,7 @@ fn ib_doctor_before_during_and_after_an_attachment() {
     assert_eq!(h["containerId"], "cid-ibdoctor", "{d}");
     assert_eq!(h["netns"], pod.path(), "{d}");
     assert_eq!(h["netnsState"], "alive", "{d}");
-    let ip = res["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap();
-    assert_eq!(h["ips"][0], ip, "{d}");
+    assert_eq!(h["ips"][0], first_ip(&res), "{d}");
     assert_eq!(pod_rdma(&pod).len(), 1, "the RDMA device is in the pod");
     // The per-attachment view: the GUID set, the PF's port GUID (ibpf0's address), the
     // RDMA device in the pod.

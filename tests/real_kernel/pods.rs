@@ -60,8 +60,8 @@ fn rdma_names(pod: &str) -> Vec<String> {
 /// One `ib-sriov exporter --once` of the plugin's stateDir: its series of VF `vf`
 /// (netdev bytes and packets; the RDMA hw counters of bytes and packets, rxe's
 /// `sent_bytes`, `rcvd_bytes`, `sent_pkts`, `rcvd_pkts`), as `name{labels} value`
-/// lines. (rxe has no PMA: its `counters/port_*` files stay 0.)
-fn exporter_series(p: &Plugin, vf: &str) -> Vec<String> {
+/// lines, one string. (rxe has no PMA: its `counters/port_*` files stay 0.)
+fn exporter_series(p: &Plugin, vf: &str) -> String {
     let state = p.state().display().to_string();
     let out = run(Command::new(bin()).args(["exporter", "--once", "--state-dir", &state]));
     assert!(out.status.success(), "exporter: {}", text(&out.stderr));
@@ -78,25 +78,8 @@ fn exporter_series(p: &Plugin, vf: &str) -> Vec<String> {
                         .iter()
                         .any(|c| l.contains(&format!("counter=\"{c}\""))))
         })
-        .map(str::to_string)
-        .collect()
-}
-
-/// The value of the one line of `series` that starts with `metric{` and contains every
-/// `labels` pair.
-fn series_value(series: &[String], metric: &str, labels: &[(&str, &str)]) -> Option<u64> {
-    let found: Vec<u64> = series
-        .iter()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-        .collect();
-    assert!(found.len() <= 1, "{metric} {labels:?}: {found:?}");
-    found.first().copied()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `ports/1/hw_counters/<counter>` of rxe device `dev`, read in the pod's own sysfs
@@ -157,16 +140,7 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
     let (ca, cb) = (p.conf(v0), p.conf(v1));
     let ra = p.run("ADD", "cid-bpa", &a.path(), &ca).expect_ok("ADD a");
     let rb = p.run("ADD", "cid-bpb", &b.path(), &cb).expect_ok("ADD b");
-    let ip_of = |r: &Value| {
-        r["ips"][0]["address"]
-            .as_str()
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    let (ipa, ipb) = (ip_of(&ra), ip_of(&rb));
+    let (ipa, ipb) = (first_ip(&ra), first_ip(&rb));
     eprintln!(
         "lab-figure: between_pods pods: a {} net1 {ipa} (VF {v0}), b {} net1 {ipb} (VF {v1}); \
          kernel {}",
@@ -258,7 +232,7 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
 
     let s0 = (exporter_series(&p, v0), exporter_series(&p, v1));
     for (pod, s) in [("a", &s0.0), ("b", &s0.1)] {
-        for l in s {
+        for l in s.lines() {
             eprintln!("lab-figure: between_pods exporter before pod {pod}: {l}");
         }
     }
@@ -271,8 +245,7 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
                 &[("vf", vf), ("rdma_device", dev), ("counter", "sent_bytes")]
             )
             .is_some(),
-            "no rxe series of {dev} for VF {vf}:\n{}",
-            s.join("\n")
+            "no rxe series of {dev} for VF {vf}:\n{s}"
         );
     }
     let sys0 = (
@@ -336,16 +309,14 @@ fn walkthrough_between_pods_rping_and_ib_write_bw_over_rxe_in_each_pod() {
         pod_rxe_counter(&b.name, "rxpb", "rcvd_bytes"),
     );
     for (pod, s) in [("a", &s1.0), ("b", &s1.1)] {
-        for l in s {
+        for l in s.lines() {
             eprintln!("lab-figure: between_pods exporter after pod {pod}: {l}");
         }
     }
-    let delta = |m: &str, vf: &str, extra: &[(&str, &str)], s0: &[String], s1: &[String]| {
+    let delta = |m: &str, vf: &str, extra: &[(&str, &str)], s0: &str, s1: &str| {
         let mut l = vec![("vf", vf)];
         l.extend_from_slice(extra);
-        let v = |s: &[String]| {
-            series_value(s, m, &l).unwrap_or_else(|| panic!("no {m} {l:?}:\n{}", s.join("\n")))
-        };
+        let v = |s: &str| series_value(s, m, &l).unwrap_or_else(|| panic!("no {m} {l:?}:\n{s}"));
         v(s1) - v(s0)
     };
     let nd_tx = delta(
@@ -471,13 +442,7 @@ fn walkthrough_between_pods_rping_in_shared_mode_without_a_move() {
     let (ca, cb) = (p.conf(v0), p.conf(v1));
     p.run("ADD", "cid-bsa", &a.path(), &ca).expect_ok("ADD a");
     let rb = p.run("ADD", "cid-bsb", &b.path(), &cb).expect_ok("ADD b");
-    let ipb = rb["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let ipb = first_ip(&rb);
     let mut rxes = Vec::new();
     for (pod, dev) in [(&a, "rxpsa"), (&b, "rxpsb")] {
         sh(&[
