@@ -201,39 +201,28 @@ fn normalize(lab: &Lab, h: &HostRoot, text: &str) -> String {
 /// The RDMA subsystem's presence depends on the machine (no `ib_core` on the CI
 /// machine, `rdma_rxe` loaded on a developer's): its line and finding are left out.
 fn without_rdma_lines(text: &str) -> String {
-    let mut out = Vec::new();
-    let mut skip_fix = false;
-    for l in text.lines() {
-        if skip_fix {
-            skip_fix = false;
-            if l.trim_start().starts_with("fix:") {
-                continue;
-            }
-        }
-        if l.contains("rdma-unavailable") {
-            skip_fix = true;
-            continue;
-        }
-        if l.starts_with("  rdma netns mode") {
-            continue;
-        }
-        out.push(l);
-    }
-    out.join("\n") + "\n"
+    without_lines(text, |l| l.contains("rdma-unavailable"))
+        .lines()
+        .filter(|l| !l.starts_with("  rdma netns mode"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// `text` without the findings (and their fix lines) whose code contains `code`.
 fn without_finding_lines(text: &str, code: &str) -> String {
+    without_lines(text, |l| l.starts_with("  ") && l.contains(code))
+}
+
+/// `text` without the finding lines `drop` picks, each with its `fix:` line (the line
+/// right after it), if any.
+fn without_lines(text: &str, drop: impl Fn(&str) -> bool) -> String {
     let mut out = Vec::new();
     let mut skip_fix = false;
     for l in text.lines() {
-        if skip_fix {
-            skip_fix = false;
-            if l.trim_start().starts_with("fix:") {
-                continue;
-            }
+        if std::mem::take(&mut skip_fix) && l.trim_start().starts_with("fix:") {
+            continue;
         }
-        if l.starts_with("  ") && l.contains(code) {
+        if drop(l) {
             skip_fix = true;
             continue;
         }
