@@ -8,7 +8,7 @@ mod common;
 
 use common::emuhost::{exec_in_netns, EmuOptions, Pod};
 use common::lab::{bin, Lab};
-use common::prometheus::{free_port, Prometheus};
+use common::prometheus::{free_port, urlencode, Prometheus};
 use common::reaped::Reaped;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -466,18 +466,6 @@ fn get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
         head.lines().next().unwrap_or("").to_string(),
         body.to_string(),
     ))
-}
-
-/// Percent-encoding of a query parameter (every byte but unreserved ones).
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// An instant query through Prometheus' HTTP API: the result vector.

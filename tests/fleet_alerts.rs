@@ -24,7 +24,7 @@ mod common;
 
 use common::emuhost::EmuOptions;
 use common::lab::{bin, Lab};
-use common::prometheus::{free_port, Prometheus};
+use common::prometheus::{free_port, urlencode, Prometheus};
 use common::reaped::Reaped;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -62,17 +62,6 @@ fn get(addr: &str, path: &str) -> std::io::Result<String> {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default())
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The shipped rules file, with the `for:` of each alert named in `fors` replaced.

@@ -12,6 +12,19 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// Percent-encoding of a query parameter, e.g. a PromQL expression in
+/// `/api/v1/query?query=` (every byte but RFC 3986's unreserved ones).
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A running Prometheus; killed and reaped when dropped.
 pub struct Prometheus {
     /// Where its HTTP API listens, `127.0.0.1:<port>`.
