@@ -289,6 +289,95 @@ fn an_add_blocked_in_a_step_answers_at_220_s_and_del_restores() {
     }
 }
 
+/// The CPUs in a `Cpus_allowed_list:` line of a /proc status file (proc(5): ranges
+/// like `0-3,6`).
+fn allowed_cpus(status: &str) -> std::collections::BTreeSet<usize> {
+    let text = std::fs::read_to_string(status).unwrap_or_else(|e| panic!("{status}: {e}"));
+    let list = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or_else(|| panic!("{status}: no Cpus_allowed_list"));
+    let mut set = std::collections::BTreeSet::new();
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        set.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    set
+}
+
+/// The watchdog thread runs on the process's other CPUs than the one its creator ran
+/// on (src/watchdog.rs `other_cpus`: the netdev move's `rcu_barrier()` then waits on
+/// one CPU, not two), and on the one CPU of a process confined to one. Read from
+/// /proc/PID/task/TID/status (`Cpus_allowed_list`) of a STATUS blocked in its read of
+/// stdin. Needs two CPUs (the CI machine has two).
+#[test]
+fn the_watchdog_thread_runs_on_other_cpus_than_the_main_threads() {
+    use std::os::unix::process::CommandExt;
+    let mine = allowed_cpus("/proc/self/status");
+    assert!(
+        mine.len() >= 2,
+        "this test needs a process allowed on two CPUs or more; this one has {mine:?}"
+    );
+    let first = *mine.iter().next().unwrap();
+    for confine in [None, Some(first)] {
+        let mut cmd = Command::new(bin());
+        cmd.env_clear()
+            .env("CNI_COMMAND", "STATUS")
+            .env("CNI_PATH", "/nonexistent")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cpu) = confine {
+            // SAFETY: only sched_setaffinity(2) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut one = nix::sched::CpuSet::new();
+                    one.set(cpu).map_err(std::io::Error::from)?;
+                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let pid = child.id();
+        let plugin = Plugin(Some(child));
+        let t0 = Instant::now();
+        let watchdog = loop {
+            let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|&t| t != pid)
+                .collect();
+            if let [t] = tasks[..] {
+                break t;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "confined to {confine:?}: no watchdog thread beside the main thread: {tasks:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let main = allowed_cpus(&format!("/proc/{pid}/task/{pid}/status"));
+        let wd = allowed_cpus(&format!("/proc/{pid}/task/{watchdog}/status"));
+        match confine {
+            None => {
+                assert_eq!(main, mine, "the main thread keeps the CPUs it was given");
+                assert!(
+                    wd.is_subset(&main) && wd.len() == main.len() - 1,
+                    "the watchdog on all of the main thread's CPUs {main:?} but one: {wd:?}"
+                );
+            }
+            Some(cpu) => {
+                let one = std::collections::BTreeSet::from([cpu]);
+                assert_eq!((&main, &wd), (&one, &one), "confined to CPU {cpu}");
+            }
+        }
+        drop(plugin);
+        drop(stdin);
+    }
+}
+
 /// A FIFO in place of /etc/ib-sriov/node.json (in a private mount namespace): opening
 /// it for reading would block until a writer comes. ADD answers code 7 at once naming
 /// it a FIFO; DEL answers at once (the node file is unusable, so the default policy
