@@ -22,6 +22,11 @@
 # and each build's ratio over host-device + host-local. Needs the emuhost example
 # (EMUHOST_BIN, default target/release/examples/emuhost); builds nothing. Env
 # BENCH_SPAWN_TRACE=DIR straces every timed call into DIR (bench_spawn.py says how).
+# BENCH_SPAWN_SCHED=FILE records the run with ftrace instead (a tracefs instance of its
+# own: scheduler switches with the kernel stack of every plugin task that leaves the CPU,
+# wake-ups, exec/fork/exit and system call entries and exits) into FILE, which
+# scripts/bench_sched_sum.py sums per build: where the main thread slept, and for how
+# long, by system call and kernel stack. Tens of MB for a short run.
 #
 # --exporter: the CPU and peak RSS of one `ib-sriov exporter` scrape of 128 attachments
 # (scripts/bench_exporter.sh says what it runs and the targets --check judges).
@@ -440,8 +445,35 @@ vf_netdevs_down() {
     h="$(jq -r .host_netns "$1")"
     jq -r '.vfs[].netdev // empty' "$1" | while read -r n; do ip -n "$h" link set "$n" down; done
 }
+# The ftrace instance of BENCH_SPAWN_SCHED (Documentation/trace/ftrace.rst "Instances";
+# events and triggers: Documentation/trace/events.rst): its own buffer, so a trace the
+# machine runs elsewhere is neither read nor disturbed.
+sched_inst="/sys/kernel/tracing/instances/ib-sriov-bench-$$"
+sched_trace_start() {
+    local e
+    mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+    mkdir "$sched_inst"
+    echo 65536 >"$sched_inst/buffer_size_kb"
+    for e in sched/sched_switch sched/sched_wakeup sched/sched_process_exec sched/sched_process_fork \
+        sched/sched_process_exit raw_syscalls/sys_enter raw_syscalls/sys_exit; do
+        echo 1 >"$sched_inst/events/$e/enable"
+    done
+    echo 'stacktrace if prev_comm ~ "spawn-*"' >"$sched_inst/events/sched/sched_switch/trigger"
+    echo 1 >"$sched_inst/tracing_on"
+    echo "bench: recording the run with ftrace into ${BENCH_SPAWN_SCHED}" >&2
+}
+sched_trace_stop() {
+    echo 0 >"$sched_inst/tracing_on"
+    cat "$sched_inst/trace" >"$1"
+    if grep -q '^overrun: [1-9]' "$sched_inst"/per_cpu/cpu*/stats; then
+        echo "bench: the ftrace buffer overran: $1 lacks events (fewer cycles or rows)" >&2
+    fi
+    rmdir "$sched_inst"
+    echo "bench: ftrace in $1: scripts/bench_sched_sum.py $1" >&2
+}
 cleanup() {
     set +e
+    [[ ! -d "$sched_inst" ]] || { echo 0 >"$sched_inst/tracing_on"; rmdir "$sched_inst"; }
     for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
     if ((emu_made)); then
         "$emu_bin" destroy --prefix "${prefix}e" --root "$emu_root" >/dev/null 2>&1
@@ -545,7 +577,9 @@ if [[ -n "$spawn" ]]; then
         --arg tmp "$tmp" --arg json "$json_out" --arg samples "$samples_dir" --arg trace "${BENCH_SPAWN_TRACE:-}" --arg targs "${BENCH_SPAWN_TRACE_ARGS:-}" \
         '{rounds:$r,cycles:$c,warmup:$w,gap_ms:$g,tmp:$tmp,json:$json,samples:$samples,trace:$trace,trace_args:$targs,rows:.}' "$spec_rows" >"$tmp/spawn.json"
     echo "bench: --spawn: $rounds rounds x $cycles cycles per row (+$warmup warm-up), order rotated per round" >&2
+    [[ -z "${BENCH_SPAWN_SCHED:-}" ]] || sched_trace_start
     ip netns exec "$h" "$python" "$repo/scripts/bench_spawn.py" "$tmp/spawn.json" >"$tmp/spawn.txt"
+    [[ -z "${BENCH_SPAWN_SCHED:-}" ]] || sched_trace_stop "$BENCH_SPAWN_SCHED"
     echo
     echo "ADD+DEL cycles spawned in the emulated host netns (scripts/bench_spawn.py): $rounds interleaved rounds x $cycles cycles per row, untimed random gap 0-$gap_ms ms before each call, $(nproc) cores, kernel $(uname -r), load avg at end $(cut -d" " -f1-3 /proc/loadavg)"
     echo "store (stateDir, IPAM dataDir and goCacheDir of every build; host-local's dataDir): $store_text"

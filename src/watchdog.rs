@@ -172,7 +172,7 @@ pub fn arm(command: &str) {
 /// CPUs to run theirs. Measured with `scripts/bench.sh --spawn` and its ftrace
 /// (`BENCH_SPAWN_SCHED`, docs/testing.md "Comparing two builds"): the barrier's wait
 /// was ended by a wake-up from the other CPU in 39-53 % of the calls with the thread
-/// started anywhere, 13-24 % with no thread and 13-18 % with the thread started on
+/// started anywhere, 8-24 % with no thread and 13-18 % with the thread started on
 /// another CPU; in three same-run A/Bs (96 ADD+DEL cycles each) the cycle's median
 /// wall was 0.9-1.3 ms shorter started on another CPU, and 3.3-5.6 ms shorter with no
 /// thread at all: the rest of the thread's cost is not this one.
