@@ -399,6 +399,10 @@ fn serve(verb: fn(&[u8]) -> Result<Option<serde_json::Value>, CniError>, guard: 
             crate::callmetrics::record(&verb, code, t0.elapsed());
         }
     }
+    // The watchdog onto this CPU for the exit (crate::watchdog::before_exit); the fail
+    // point lets a test see it there.
+    crate::watchdog::before_exit();
+    let _ = crate::failpoint::hit("cli.exit");
     rc
 }
 

@@ -378,6 +378,97 @@ fn the_watchdog_thread_runs_on_other_cpus_than_the_main_threads() {
     }
 }
 
+/// For the exit, the watchdog is moved onto the CPU the main thread runs on
+/// (src/watchdog.rs `before_exit`: the exit then wakes no other CPU), and it still bounds
+/// the process: a STATUS held after its result by the fail point `cli.exit=block`,
+/// started 1.5 s before its 80 s bound, has its watchdog on the main thread's CPU (its
+/// last CPU: /proc/PID/task/TID/stat field 39, proc(5)), and exits at the bound with
+/// its result's status (0 and nothing on stdout for a STATUS that succeeds), writing
+/// nothing more.
+#[test]
+fn for_the_exit_the_watchdog_is_on_the_main_threads_cpu_and_still_bounds_it() {
+    use std::io::Write;
+    let ago = (80_000 - 1_500).to_string();
+    let mut child = Command::new(bin())
+        .env_clear()
+        .env("CNI_COMMAND", "STATUS")
+        .env("CNI_PATH", "/nonexistent")
+        .env("IB_SRIOV_FAILPOINTS", "cli.exit=block")
+        .env("IB_SRIOV_TEST_STARTED_AGO_MS", &ago)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "bound-exit", "type": "ib-sriov"});
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(conf.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    let pid = child.id();
+    let plugin = Plugin(Some(child));
+    let t0 = Instant::now();
+    let watchdog = loop {
+        // In the fail point's read(2) (system call 0; its stdin read ended at EOF).
+        let sys = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"));
+        let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .filter(|&t| t != pid)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let ([t], Ok(sys)) = (&tasks[..], sys) {
+            if sys.split_whitespace().next() == Some("0") {
+                break *t;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "no STATUS blocked at cli.exit beside its watchdog within 1 s: {tasks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command name; "processor" is field 39 (proc(5)).
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let cpu: usize = after
+        .split_whitespace()
+        .nth(39 - 3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let wd = allowed_cpus(&format!("/proc/{pid}/task/{watchdog}/status"));
+    assert_eq!(
+        wd,
+        std::collections::BTreeSet::from([cpu]),
+        "the watchdog on the main thread's CPU {cpu}"
+    );
+    let what = "STATUS held at cli.exit, 1.5 s before its bound";
+    let end = plugin.end_within(Duration::from_secs(10), what);
+    assert!(end.status.signal().is_none(), "{what}: {:?}", end.status);
+    assert!(
+        !end.stdout.contains("did not end within"),
+        "{what}: the result stands: {}",
+        end.stdout
+    );
+    // STATUS's success is exit 0 with nothing on stdout (SPEC.md "STATUS"); its failure
+    // one error object and exit 1.
+    let want = if end.stdout.trim().is_empty() {
+        0
+    } else {
+        let e: Value = serde_json::from_str(end.stdout.trim())
+            .unwrap_or_else(|e| panic!("{what}: one error on stdout: {e}: {:?}", end.stdout));
+        assert!(e.get("code").is_some(), "{what}: {e}");
+        1
+    };
+    assert_eq!(
+        end.status.code(),
+        Some(want),
+        "{what}: stdout {:?}",
+        end.stdout
+    );
+}
+
 /// A FIFO in place of /etc/ib-sriov/node.json (in a private mount namespace): opening
 /// it for reading would block until a writer comes. ADD answers code 7 at once naming
 /// it a FIFO; DEL answers at once (the node file is unusable, so the default policy
