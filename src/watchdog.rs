@@ -179,7 +179,7 @@ pub fn arm(command: &str) {
 /// started anywhere, 8-24 % with no thread and 13-18 % with the thread started on
 /// another CPU; in three same-run A/Bs (96 ADD+DEL cycles each) the cycle's median
 /// wall was 0.9-1.3 ms shorter started on another CPU, and 3.3-5.6 ms shorter with no
-/// thread at all: the rest of the thread's cost is not this one.
+/// thread at all: the rest was the exit ([`before_exit`]).
 fn other_cpus() -> Option<nix::libc::cpu_set_t> {
     use nix::libc as c;
     // SAFETY: a zeroed cpu_set_t is an empty set; both calls write into it only.
@@ -293,9 +293,10 @@ extern "C" fn watch_thread(_: *mut nix::libc::c_void) -> *mut nix::libc::c_void 
 /// a CPU usually idle (here a halted vCPU). On this CPU it is queued beside the exiting
 /// main thread and runs as soon as that one is gone. The move costs one system call on
 /// a sleeping thread, which changes its mask only. Measured (docs/testing.md "Where
-/// the watchdog's wall went"): the ADD+DEL cycle's median wall 4.5-6.6 ms shorter than
-/// with the thread left on the other CPUs, at the no-watchdog build's. The bound still
-/// holds: the watchdog runs on this CPU whenever the main thread waits.
+/// the watchdog's wall went"): the ADD+DEL cycle's median wall 3.8 and 5.2 ms shorter
+/// than with the thread left on the other CPUs (two same-run A/Bs), and 1.00-1.03x of
+/// a build without a watchdog in three more. The bound still holds: the watchdog runs
+/// on this CPU whenever the main thread waits.
 pub fn before_exit() {
     use nix::libc as c;
     let Some(t) = THREAD.get() else {
