@@ -112,6 +112,20 @@ fn bin() -> &'static std::path::Path {
     common::lab::bin()
 }
 
+/// The plugin run as `verb` with only `env` beside `CNI_COMMAND` and `CNI_PATH` (no
+/// plugin there), its stdin, stdout and stderr piped.
+fn plugin(verb: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env_clear()
+        .env("CNI_COMMAND", verb)
+        .env("CNI_PATH", "/nonexistent")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
 /// A verb whose stdin the runtime never closes: the plugin blocks in its read of the
 /// network configuration. Each verb, started just before its bound, answers code 11
 /// naming the bound and the `read` it was blocked in, and exits 1; CNI_COMMAND
@@ -126,19 +140,17 @@ fn a_verb_whose_stdin_never_ends_answers_11_at_its_bound() {
         ("STATUS", 80),
     ] {
         let ago = (secs * 1000 - 700).to_string();
-        let mut child = Command::new(bin())
-            .env_clear()
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", "bound-stdin")
-            .env("CNI_IFNAME", "net1")
-            .env("CNI_NETNS", "/proc/self/ns/net")
-            .env("CNI_PATH", "/nonexistent")
-            .env("IB_SRIOV_TEST_STARTED_AGO_MS", &ago)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = plugin(
+            verb,
+            &[
+                ("CNI_CONTAINERID", "bound-stdin"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_NETNS", "/proc/self/ns/net"),
+                ("IB_SRIOV_TEST_STARTED_AGO_MS", &ago),
+            ],
+        )
+        .spawn()
+        .unwrap();
         // Held open (never written, never closed) until the plugin has ended.
         let stdin = child.stdin.take();
         let what = format!("{verb} with stdin never closed, started {ago} ms ago");
@@ -320,13 +332,7 @@ fn the_watchdog_thread_runs_on_other_cpus_than_the_main_threads() {
     );
     let first = *mine.iter().next().unwrap();
     for confine in [None, Some(first)] {
-        let mut cmd = Command::new(bin());
-        cmd.env_clear()
-            .env("CNI_COMMAND", "STATUS")
-            .env("CNI_PATH", "/nonexistent")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut cmd = plugin("STATUS", &[]);
         if let Some(cpu) = confine {
             // SAFETY: only sched_setaffinity(2) between fork and exec.
             unsafe {
@@ -389,17 +395,15 @@ fn the_watchdog_thread_runs_on_other_cpus_than_the_main_threads() {
 fn for_the_exit_the_watchdog_is_on_the_main_threads_cpu_and_still_bounds_it() {
     use std::io::Write;
     let ago = (80_000 - 1_500).to_string();
-    let mut child = Command::new(bin())
-        .env_clear()
-        .env("CNI_COMMAND", "STATUS")
-        .env("CNI_PATH", "/nonexistent")
-        .env("IB_SRIOV_FAILPOINTS", "cli.exit=block")
-        .env("IB_SRIOV_TEST_STARTED_AGO_MS", &ago)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = plugin(
+        "STATUS",
+        &[
+            ("IB_SRIOV_FAILPOINTS", "cli.exit=block"),
+            ("IB_SRIOV_TEST_STARTED_AGO_MS", &ago),
+        ],
+    )
+    .spawn()
+    .unwrap();
     let conf = json!({"cniVersion": "1.1.0", "name": "bound-exit", "type": "ib-sriov"});
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(conf.to_string().as_bytes()).unwrap();
