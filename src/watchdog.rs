@@ -167,8 +167,8 @@ pub fn arm(command: &str) {
 /// (`sched_getaffinity(2)`) without the one this thread runs on (`sched_getcpu(3)`);
 /// `None` when that leaves none (a process confined to one CPU) or either call fails.
 ///
-/// Why: a new thread is queued on its creator's CPU when the scheduler packs tasks
-/// (it does on the 2-vCPU VM where this was measured) and first runs there when the
+/// Why: a new thread is often queued on its creator's CPU (in about half the calls
+/// traced on the 2-vCPU VM where this was measured) and first runs there when the
 /// main thread first sleeps, which for an ADD or DEL is inside the netdev move
 /// (`RTM_SETLINK` with `IFLA_NET_NS_FD`). The main thread is then woken on the other
 /// CPU, so the RCU callbacks the move queues are on both CPUs, and the move's
