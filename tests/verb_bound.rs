@@ -317,6 +317,27 @@ fn allowed_cpus(status: &str) -> std::collections::BTreeSet<usize> {
     set
 }
 
+/// The threads of process `pid` but its main thread (/proc/PID/task, proc(5)); none
+/// once the process is gone.
+fn other_tasks(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|&t| t != pid)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Field `n` (numbered as in proc(5), `n` >= 3) of the `stat` file at `path`: the
+/// fields after the command name, which may hold spaces and parentheses, so they
+/// follow the last ')'. `None` when the file or the field is missing.
+fn stat_field(path: &str, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n - 3).map(str::to_string)
+}
+
 /// The watchdog thread runs on the process's other CPUs than the one its creator ran
 /// on (src/watchdog.rs `other_cpus`: the netdev move's `rcu_barrier()` then waits on
 /// one CPU, not two), and on the one CPU of a process confined to one. Read from
@@ -350,11 +371,7 @@ fn the_watchdog_thread_runs_on_other_cpus_than_the_main_threads() {
         let plugin = Plugin(Some(child));
         let t0 = Instant::now();
         let watchdog = loop {
-            let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .unwrap()
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .filter(|&t| t != pid)
-                .collect();
+            let tasks = other_tasks(pid);
             if let [t] = tasks[..] {
                 break t;
             }
@@ -414,13 +431,7 @@ fn for_the_exit_the_watchdog_is_on_the_main_threads_cpu_and_still_bounds_it() {
     let watchdog = loop {
         // In the fail point's read(2) (system call 0; its stdin read ended at EOF).
         let sys = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"));
-        let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .filter(|&t| t != pid)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tasks = other_tasks(pid);
         if let ([t], Ok(sys)) = (&tasks[..], sys) {
             if sys.split_whitespace().next() == Some("0") {
                 break *t;
@@ -432,13 +443,9 @@ fn for_the_exit_the_watchdog_is_on_the_main_threads_cpu_and_still_bounds_it() {
         );
         std::thread::sleep(Duration::from_millis(5));
     };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).unwrap();
-    // Fields after the parenthesised command name; "processor" is field 39 (proc(5)).
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let cpu: usize = after
-        .split_whitespace()
-        .nth(39 - 3)
-        .unwrap()
+    // "processor", the CPU it last ran on, is field 39 (proc(5)).
+    let cpu: usize = stat_field(&format!("/proc/{pid}/task/{pid}/stat"), 39)
+        .expect("the main thread's processor")
         .parse()
         .unwrap();
     let wd = allowed_cpus(&format!("/proc/{pid}/task/{watchdog}/status"));
@@ -775,9 +782,8 @@ fn serve_stuck_fuse(dev: &std::fs::File, held: &std::sync::Mutex<Vec<u64>>) {
 /// The state letter of process `pid` (`/proc/<pid>/stat`, proc(5)): `D` for
 /// uninterruptible sleep.
 fn proc_state(pid: u32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next())
+    stat_field(&format!("/proc/{pid}/stat"), 3)
+        .and_then(|f| f.chars().next())
         .unwrap_or('?')
 }
 
