@@ -188,13 +188,19 @@ fn other_cpus() -> Option<nix::libc::cpu_set_t> {
         if c::sched_getaffinity(0, std::mem::size_of::<c::cpu_set_t>(), &mut set) != 0 {
             return None;
         }
-        let cpu = c::sched_getcpu();
-        if cpu < 0 || cpu as usize >= c::CPU_SETSIZE as usize {
-            return None;
-        }
-        c::CPU_CLR(cpu as usize, &mut set);
+        c::CPU_CLR(current_cpu()?, &mut set);
         (c::CPU_COUNT(&set) > 0).then_some(set)
     }
+}
+
+/// The CPU this thread runs on (`sched_getcpu(3)`), when it fits a `cpu_set_t`.
+fn current_cpu() -> Option<usize> {
+    use nix::libc as c;
+    // SAFETY: no arguments; returns a CPU number or -1.
+    let cpu = unsafe { c::sched_getcpu() };
+    usize::try_from(cpu)
+        .ok()
+        .filter(|&n| n < c::CPU_SETSIZE as usize)
 }
 
 /// Creates the watchdog thread: detached, every signal blocked, and, when the process
@@ -302,15 +308,14 @@ pub fn before_exit() {
     let Some(t) = THREAD.get() else {
         return;
     };
+    let Some(cpu) = current_cpu() else {
+        return;
+    };
     // SAFETY: `t` names the watchdog thread, which does not end before the process
     // does (it sleeps until the bound, then ends the process); the set is initialised.
     unsafe {
-        let cpu = c::sched_getcpu();
-        if cpu < 0 || cpu as usize >= c::CPU_SETSIZE as usize {
-            return;
-        }
         let mut one: c::cpu_set_t = std::mem::zeroed();
-        c::CPU_SET(cpu as usize, &mut one);
+        c::CPU_SET(cpu, &mut one);
         c::pthread_setaffinity_np(*t, std::mem::size_of::<c::cpu_set_t>(), &one);
     }
 }
